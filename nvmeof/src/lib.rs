@@ -1,1 +1,1 @@
-//! placeholder
+//! `quarry-nvmeof`: an NVMe over Fabrics target (NVMe/TCP first).

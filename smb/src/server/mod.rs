@@ -1,0 +1,1 @@
+//! SMB server state machine and tokio transport: connections, sessions, trees, opens, credits, dispatch.
