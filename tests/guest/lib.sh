@@ -1,0 +1,88 @@
+# Shared host-side helpers for the guest lab (sourced by build.sh, run.sh and
+# reference.sh; bash). Everything the lab needs from the host is named here so a
+# fresh CI machine can be prepared with one call: `guest_ensure_host_prereqs`.
+
+# Repository root and the cache directory (ignored by git through `/.cache`).
+GUEST_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+GUEST_REPO_ROOT="$(cd "$GUEST_DIR/../.." && pwd)"
+GUEST_CACHE_ROOT="${GUEST_CACHE_ROOT:-$GUEST_REPO_ROOT/.cache/guest}"
+
+# Host packages the lab needs, as "command:package" pairs: a missing command
+# installs its package. Samba is only needed by the reference run (reference.sh).
+GUEST_HOST_PREREQS=(
+    "qemu-system-x86_64:qemu-system-x86"
+    "busybox:busybox-static"
+    "cpio:cpio"
+    "depmod:kmod"
+    "modprobe:kmod"
+    "nvme:nvme-cli"
+    "fio:fio"
+    "mke2fs:e2fsprogs"
+    "rdma:iproute2"
+    "ldd:libc-bin"
+    "ldconfig:libc-bin"
+    "dpkg-deb:dpkg"
+    "sha256sum:coreutils"
+    "timeout:coreutils"
+    "zstd:zstd"
+)
+GUEST_REFERENCE_PREREQS=(
+    "smbd:samba"
+    "smbpasswd:samba-common-bin"
+)
+
+guest_log() { printf '[guest-lab] %s\n' "$*" >&2; }
+guest_die() { guest_log "error: $*"; exit 2; }
+
+# Installs (with apt-get) whatever of the given "command:package" pairs is
+# missing. apt-get update runs once, only when something must be installed.
+guest_install_missing() {
+    local pair cmd pkg missing=()
+    for pair in "$@"; do
+        cmd="${pair%%:*}"
+        pkg="${pair#*:}"
+        if ! command -v "$cmd" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$cmd" ] && [ ! -x "/sbin/$cmd" ]; then
+            missing+=("$pkg")
+        fi
+    done
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    # De-duplicate while keeping order.
+    local uniq
+    uniq="$(printf '%s\n' "${missing[@]}" | awk '!seen[$0]++' | tr '\n' ' ')"
+    guest_log "installing host prerequisites: $uniq"
+    [ "$(id -u)" -eq 0 ] || guest_die "need root to apt-get install: $uniq"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq || guest_die "apt-get update failed"
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $uniq >/dev/null || guest_die "apt-get install $uniq failed"
+}
+
+# The one call CI makes on a fresh machine before anything else in the lab.
+guest_ensure_host_prereqs() {
+    guest_install_missing "${GUEST_HOST_PREREQS[@]}"
+}
+
+# Adds what the reference run against real peers (Samba) needs.
+guest_ensure_reference_prereqs() {
+    guest_ensure_host_prereqs
+    guest_install_missing "${GUEST_REFERENCE_PREREQS[@]}"
+}
+
+# Name of the Debian kernel package: the one linux-image-amd64 depends on
+# (override with GUEST_KERNEL_PKG). Runs apt-get update if the lists do not
+# know linux-image-amd64 yet (fresh machine).
+guest_kernel_pkg() {
+    if [ -n "${GUEST_KERNEL_PKG:-}" ]; then
+        echo "$GUEST_KERNEL_PKG"
+        return
+    fi
+    local pkg
+    pkg="$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')"
+    if [ -z "$pkg" ]; then
+        guest_log "apt lists do not know linux-image-amd64: apt-get update"
+        apt-get update -qq >&2 || guest_die "apt-get update failed"
+        pkg="$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')"
+    fi
+    [ -n "$pkg" ] || guest_die "cannot resolve the kernel package linux-image-amd64 depends on"
+    echo "$pkg"
+}
