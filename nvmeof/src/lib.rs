@@ -1,1 +1,12 @@
 //! `quarry-nvmeof`: an NVMe over Fabrics target (NVMe/TCP first).
+//!
+//! Layers, bottom up:
+//! - [`tcp`]: sans-I/O NVMe/TCP PDU codec (framing, digests, every length checked).
+//! - [`spec`]: transport-independent NVMe structures (SQE/CQE, Identify, log pages).
+//!
+//! Invariant: nothing below the transport knows about sockets, files or clocks.
+
+#![deny(missing_docs)]
+
+pub mod spec;
+pub mod tcp;

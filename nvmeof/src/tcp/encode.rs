@@ -1,0 +1,202 @@
+//! PDU encoders. Each appends one complete PDU (header, digests, padding, data) to `out`.
+
+use super::digest::{crc32c_digest, Digests};
+use super::header::*;
+use crate::spec::{Cqe, Sqe};
+
+/// Appends a PDU of type `ty` with PDU-specific header `specific` (HLEN - 8 bytes).
+/// `align` is the peer's data alignment requirement (0's based dwords; 0 = none).
+fn encode_pdu(
+    out: &mut Vec<u8>,
+    ty: PduType,
+    extra_flags: u8,
+    specific: &[u8],
+    data: &[u8],
+    digests: Digests,
+    align: u8,
+) {
+    let digests = if ty.digested() {
+        digests
+    } else {
+        Digests::NONE
+    };
+    let hlen = ty.hlen();
+    let hd = digests.header_len();
+    let header_end = usize::from(hlen) + hd;
+    let (pdo, dd) = if data.is_empty() {
+        (0usize, 0usize)
+    } else {
+        let a = if align == 0 {
+            1
+        } else {
+            (usize::from(align) + 1) * 4
+        };
+        (
+            header_end.div_ceil(a) * a,
+            if digests.data { DIGEST_LEN } else { 0 },
+        )
+    };
+    let plen = if data.is_empty() {
+        header_end
+    } else {
+        pdo + data.len() + dd
+    };
+    let mut flags = extra_flags;
+    if digests.header {
+        flags |= FLAG_HDGSTF;
+    }
+    if !data.is_empty() && digests.data {
+        flags |= FLAG_DDGSTF;
+    }
+    let start = out.len();
+    let mut ch = [0u8; COMMON_HEADER_LEN];
+    CommonHeader {
+        pdu_type: ty as u8,
+        flags,
+        hlen,
+        // PDO fits a byte: header_end is at most 132 and alignment at most 1 KiB is
+        // clamped by the caller's negotiated value; saturate rather than wrap.
+        pdo: u8::try_from(pdo).unwrap_or(u8::MAX),
+        plen: u32::try_from(plen).unwrap_or(u32::MAX),
+    }
+    .write(&mut ch);
+    out.extend_from_slice(&ch);
+    out.extend_from_slice(specific);
+    out.resize(start + usize::from(hlen), 0);
+    if digests.header {
+        let d = crc32c_digest(&out[start..start + usize::from(hlen)]);
+        out.extend_from_slice(&d.to_le_bytes());
+    }
+    if !data.is_empty() {
+        out.resize(start + pdo, 0);
+        out.extend_from_slice(data);
+        if digests.data {
+            out.extend_from_slice(&crc32c_digest(data).to_le_bytes());
+        }
+    }
+}
+
+/// ICReq (host side).
+pub fn encode_icreq(out: &mut Vec<u8>, req: &IcReq) {
+    let mut s = [0u8; HLEN_IC as usize - COMMON_HEADER_LEN];
+    s[0..2].copy_from_slice(&req.pfv.to_le_bytes());
+    s[2] = req.hpda;
+    s[3] = req.dgst;
+    s[4..8].copy_from_slice(&req.maxr2t.to_le_bytes());
+    encode_pdu(out, PduType::IcReq, 0, &s, &[], Digests::NONE, 0);
+}
+
+/// ICResp (controller side).
+pub fn encode_icresp(out: &mut Vec<u8>, resp: &IcResp) {
+    let mut s = [0u8; HLEN_IC as usize - COMMON_HEADER_LEN];
+    s[0..2].copy_from_slice(&resp.pfv.to_le_bytes());
+    s[2] = resp.cpda;
+    s[3] = resp.dgst;
+    s[4..8].copy_from_slice(&resp.maxh2cdata.to_le_bytes());
+    encode_pdu(out, PduType::IcResp, 0, &s, &[], Digests::NONE, 0);
+}
+
+/// H2CTermReq (`host == true`) or C2HTermReq; `offending` is truncated to 128 bytes.
+pub fn encode_term_req(out: &mut Vec<u8>, host: bool, fes: u16, fei: u32, offending: &[u8]) {
+    let mut s = [0u8; HLEN_TERM_REQ as usize - COMMON_HEADER_LEN];
+    s[0..2].copy_from_slice(&fes.to_le_bytes());
+    s[2..6].copy_from_slice(&fei.to_le_bytes());
+    let ty = if host {
+        PduType::H2cTermReq
+    } else {
+        PduType::C2hTermReq
+    };
+    let keep = offending.len().min(MAX_TERM_REQ_DATA);
+    let start = out.len();
+    encode_pdu(out, ty, 0, &s, &[], Digests::NONE, 0);
+    let d = offending.get(..keep).unwrap_or_default();
+    out.extend_from_slice(d);
+    let plen = u32::try_from(usize::from(HLEN_TERM_REQ) + keep).unwrap_or(u32::MAX);
+    out[start + 4..start + 8].copy_from_slice(&plen.to_le_bytes());
+}
+
+/// CapsuleCmd with optional in-capsule data (host side).
+pub fn encode_capsule_cmd(out: &mut Vec<u8>, sqe: &Sqe, data: &[u8], digests: Digests, cpda: u8) {
+    encode_pdu(
+        out,
+        PduType::CapsuleCmd,
+        0,
+        sqe.as_bytes(),
+        data,
+        digests,
+        cpda,
+    );
+}
+
+/// CapsuleResp (controller side).
+pub fn encode_capsule_resp(out: &mut Vec<u8>, cqe: &Cqe, digests: Digests) {
+    encode_pdu(
+        out,
+        PduType::CapsuleResp,
+        0,
+        &cqe.to_bytes(),
+        &[],
+        digests,
+        0,
+    );
+}
+
+fn data_specific(cccid: u16, ttag: u16, offset: u32, len: usize) -> [u8; 16] {
+    let mut s = [0u8; 16];
+    s[0..2].copy_from_slice(&cccid.to_le_bytes());
+    s[2..4].copy_from_slice(&ttag.to_le_bytes());
+    s[4..8].copy_from_slice(&offset.to_le_bytes());
+    s[8..12].copy_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
+    s
+}
+
+/// C2HData; `last` sets LAST_PDU, `success` (implies last) sets SUCCESS so no
+/// CapsuleResp is needed. `hpda` is the host's requested alignment.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_c2h_data(
+    out: &mut Vec<u8>,
+    cccid: u16,
+    datao: u32,
+    data: &[u8],
+    last: bool,
+    success: bool,
+    digests: Digests,
+    hpda: u8,
+) {
+    let mut flags = 0;
+    if last || success {
+        flags |= FLAG_LAST_PDU;
+    }
+    if success {
+        flags |= FLAG_SUCCESS;
+    }
+    let s = data_specific(cccid, 0, datao, data.len());
+    encode_pdu(out, PduType::C2hData, flags, &s, data, digests, hpda);
+}
+
+/// H2CData answering an R2T (host side).
+#[allow(clippy::too_many_arguments)]
+pub fn encode_h2c_data(
+    out: &mut Vec<u8>,
+    cccid: u16,
+    ttag: u16,
+    datao: u32,
+    data: &[u8],
+    last: bool,
+    digests: Digests,
+    cpda: u8,
+) {
+    let flags = if last { FLAG_LAST_PDU } else { 0 };
+    let s = data_specific(cccid, ttag, datao, data.len());
+    encode_pdu(out, PduType::H2cData, flags, &s, data, digests, cpda);
+}
+
+/// R2T (controller side).
+pub fn encode_r2t(out: &mut Vec<u8>, r2t: &R2t, digests: Digests) {
+    let mut s = [0u8; 16];
+    s[0..2].copy_from_slice(&r2t.cccid.to_le_bytes());
+    s[2..4].copy_from_slice(&r2t.ttag.to_le_bytes());
+    s[4..8].copy_from_slice(&r2t.r2to.to_le_bytes());
+    s[8..12].copy_from_slice(&r2t.r2tl.to_le_bytes());
+    encode_pdu(out, PduType::R2t, 0, &s, &[], digests, 0);
+}
