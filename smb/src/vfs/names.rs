@@ -1,0 +1,230 @@
+//! Windows path syntax as an SMB client sends it: splitting, validation and case folding.
+//!
+//! Pure functions, shared by every [`super::ShareFs`] implementation so that the same names
+//! are refused with the same status whatever the storage behind them.
+
+use super::FsError;
+
+/// Longest path accepted, in characters (the NT limit, 32 767 UTF-16 units).
+pub const MAX_PATH_CHARS: usize = 32_767;
+/// Longest component in bytes once stored (Linux NAME_MAX, UTF-8).
+pub const MAX_COMPONENT_BYTES: usize = 255;
+/// The unnamed data stream suffix a client may append (`file::$DATA` is `file`).
+const DEFAULT_STREAM_SUFFIX: &str = "::$DATA";
+
+/// Characters Windows forbids in a file name (besides control characters and `:`).
+const ILLEGAL_CHARS: &[char] = &['\\', '/', '*', '?', '"', '<', '>', '|'];
+
+/// Device names Windows reserves in every directory, with or without an extension.
+const RESERVED_NAMES: &[&str] = &["CON", "PRN", "AUX", "NUL"];
+/// Reserved device name prefixes followed by one digit 1-9 (COM1..COM9, LPT1..LPT9).
+const RESERVED_NUMBERED: &[&str] = &["COM", "LPT"];
+
+/// Splits a client path into validated components. The empty path (and a lone `\`) is the
+/// share root (no components). One trailing `\` is tolerated (`dir\`).
+///
+/// Refuses: a leading `\` before a name (absolute path) or empty components (`a\\b`) as
+/// OBJECT_NAME_INVALID; `.` and `..` components as OBJECT_PATH_SYNTAX_BAD; anything
+/// [`validate_component`] refuses.
+pub fn split_path(path: &str) -> Result<Vec<&str>, FsError> {
+    if path.chars().count() > MAX_PATH_CHARS {
+        return Err(FsError::NameTooLong);
+    }
+    if path.is_empty() || path == "\\" {
+        return Ok(Vec::new());
+    }
+    if path.starts_with('\\') {
+        return Err(FsError::InvalidName(format!("absolute path {path:?}")));
+    }
+    let trimmed = path.strip_suffix('\\').unwrap_or(path);
+    let mut parts: Vec<&str> = trimmed.split('\\').collect();
+    let last = parts.len().saturating_sub(1);
+    for (i, part) in parts.iter_mut().enumerate() {
+        if i == last {
+            *part = strip_default_stream(part);
+        }
+        validate_component(part)?;
+    }
+    Ok(parts)
+}
+
+/// Strips a trailing `::$DATA` (the unnamed stream), case-insensitively.
+fn strip_default_stream(name: &str) -> &str {
+    let n = name.len();
+    let s = DEFAULT_STREAM_SUFFIX.len();
+    if n > s
+        && name.is_char_boundary(n - s)
+        && name[n - s..].eq_ignore_ascii_case(DEFAULT_STREAM_SUFFIX)
+    {
+        &name[..n - s]
+    } else {
+        name
+    }
+}
+
+/// Validates one path component (a file or directory name).
+///
+/// - empty → OBJECT_NAME_INVALID; `.`/`..` → OBJECT_PATH_SYNTAX_BAD (no escapes, ever);
+/// - `:` (stream syntax, not yet served), `\ / * ? " < > |`, control characters →
+///   OBJECT_NAME_INVALID;
+/// - reserved device names (CON, PRN, AUX, NUL, COM1-9, LPT1-9, also with an extension
+///   such as `nul.txt`) → OBJECT_NAME_INVALID;
+/// - longer than [`MAX_COMPONENT_BYTES`] → OBJECT_NAME_INVALID.
+pub fn validate_component(name: &str) -> Result<(), FsError> {
+    if name.is_empty() {
+        return Err(FsError::InvalidName("empty path component".into()));
+    }
+    if name == "." || name == ".." {
+        return Err(FsError::PathSyntax(format!("{name:?} component")));
+    }
+    if name.len() > MAX_COMPONENT_BYTES {
+        return Err(FsError::NameTooLong);
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| *c == ':' || ILLEGAL_CHARS.contains(c) || c.is_control())
+    {
+        return Err(FsError::InvalidName(format!("character {c:?} in {name:?}")));
+    }
+    if is_reserved_device_name(name) {
+        return Err(FsError::InvalidName(format!(
+            "reserved device name {name:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `name` is a DOS device name (the part before the first `.`, trailing spaces
+/// ignored, compared case-insensitively).
+pub fn is_reserved_device_name(name: &str) -> bool {
+    let base = name.split('.').next().unwrap_or(name).trim_end_matches(' ');
+    if RESERVED_NAMES.iter().any(|r| base.eq_ignore_ascii_case(r)) {
+        return true;
+    }
+    let bytes = base.as_bytes();
+    bytes.len() == 4
+        && RESERVED_NUMBERED
+            .iter()
+            .any(|r| base.get(..3).is_some_and(|p| p.eq_ignore_ascii_case(r)))
+        && matches!(bytes.get(3), Some(b'1'..=b'9'))
+}
+
+/// Folds one character for case-insensitive comparison the way Windows does: a 1:1 upcase
+/// (characters whose uppercase is several characters stay as they are).
+pub fn fold_char(c: char) -> char {
+    let mut up = c.to_uppercase();
+    match (up.next(), up.next()) {
+        (Some(u), None) => u,
+        _ => c,
+    }
+}
+
+/// The case-folded form of a name: the key of case-insensitive lookups.
+pub fn fold(name: &str) -> String {
+    name.chars().map(fold_char).collect()
+}
+
+/// Case-insensitive equality of two names.
+pub fn eq_fold(a: &str, b: &str) -> bool {
+    a.chars().map(fold_char).eq(b.chars().map(fold_char))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vfs::nt;
+
+    fn status(path: &str) -> u32 {
+        split_path(path).unwrap_err().nt_status()
+    }
+
+    #[test]
+    fn splits_plain_paths() {
+        assert_eq!(split_path("").unwrap(), Vec::<&str>::new());
+        assert_eq!(split_path("\\").unwrap(), Vec::<&str>::new());
+        assert_eq!(split_path("a").unwrap(), vec!["a"]);
+        assert_eq!(
+            split_path("dir\\sub\\file.txt").unwrap(),
+            vec!["dir", "sub", "file.txt"]
+        );
+        assert_eq!(split_path("dir\\").unwrap(), vec!["dir"]);
+        assert_eq!(split_path("f.bin::$DATA").unwrap(), vec!["f.bin"]);
+        assert_eq!(split_path("f.bin::$data").unwrap(), vec!["f.bin"]);
+        assert_eq!(
+            split_path("héllo wörld.txt").unwrap(),
+            vec!["héllo wörld.txt"]
+        );
+    }
+
+    #[test]
+    fn refuses_escapes_and_bad_syntax() {
+        assert_eq!(status(".."), nt::OBJECT_PATH_SYNTAX_BAD);
+        assert_eq!(status("a\\..\\..\\etc"), nt::OBJECT_PATH_SYNTAX_BAD);
+        assert_eq!(status("a\\.\\b"), nt::OBJECT_PATH_SYNTAX_BAD);
+        assert_eq!(status("\\etc\\passwd"), nt::OBJECT_NAME_INVALID);
+        assert_eq!(status("a\\\\b"), nt::OBJECT_NAME_INVALID);
+        assert_eq!(status("a/../../b"), nt::OBJECT_NAME_INVALID);
+    }
+
+    #[test]
+    fn refuses_illegal_characters_and_streams() {
+        for bad in [
+            "a:b",
+            "f.txt:stream",
+            "f.txt:stream:$DATA",
+            "a*",
+            "a?",
+            "a\"",
+            "a<",
+            "a>",
+            "a|",
+            "a\u{1}",
+            "x/y",
+        ] {
+            assert_eq!(status(bad), nt::OBJECT_NAME_INVALID, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn refuses_reserved_device_names() {
+        for bad in [
+            "CON",
+            "con",
+            "Prn",
+            "aux.txt",
+            "NUL.tar.gz",
+            "COM1",
+            "com9.log",
+            "LPT3",
+            "dir\\nul",
+            "CON .txt",
+        ] {
+            assert_eq!(status(bad), nt::OBJECT_NAME_INVALID, "{bad:?}");
+        }
+        for ok in [
+            "CONSOLE", "COM0", "COM10", "LPT", "nullable", "xcon", "aux_file",
+        ] {
+            assert!(split_path(ok).is_ok(), "{ok:?}");
+        }
+    }
+
+    #[test]
+    fn refuses_overlong_names() {
+        let long = "a".repeat(MAX_COMPONENT_BYTES + 1);
+        assert_eq!(status(&long), nt::OBJECT_NAME_INVALID);
+        assert!(split_path(&"a".repeat(MAX_COMPONENT_BYTES)).is_ok());
+        let path = vec!["abc"; MAX_PATH_CHARS / 3].join("\\");
+        assert_eq!(status(&path), nt::OBJECT_NAME_INVALID);
+    }
+
+    #[test]
+    fn folds_case_like_windows() {
+        assert!(eq_fold("Readme.TXT", "README.txt"));
+        assert!(eq_fold("ÉTÉ", "été"));
+        assert!(!eq_fold("a", "b"));
+        assert!(!eq_fold("ab", "a"));
+        // ß upcases to "SS" (two characters): Windows keeps it distinct.
+        assert!(!eq_fold("ß", "ss"));
+        assert_eq!(fold("MiXeD"), "MIXED");
+    }
+}
