@@ -1,0 +1,216 @@
+//! IOCTL request/response (MS-SMB2 2.2.31, 2.2.32) and the FSCTL payloads the server parses.
+
+use super::header::HEADER_LEN;
+use super::wire::{len_u32, slice_at, Put, Reader};
+use super::{FileId, ProtoError};
+
+/// IOCTL flag: the request is an FSCTL.
+pub const IOCTL_IS_FSCTL: u32 = 0x0000_0001;
+/// FSCTL_DFS_GET_REFERRALS.
+pub const FSCTL_DFS_GET_REFERRALS: u32 = 0x0006_0194;
+/// FSCTL_PIPE_TRANSCEIVE: write a request to a named pipe and read its answer.
+pub const FSCTL_PIPE_TRANSCEIVE: u32 = 0x0011_C017;
+/// FSCTL_SRV_REQUEST_RESUME_KEY.
+pub const FSCTL_SRV_REQUEST_RESUME_KEY: u32 = 0x0014_0078;
+/// FSCTL_SRV_COPYCHUNK.
+pub const FSCTL_SRV_COPYCHUNK: u32 = 0x0014_40F2;
+/// FSCTL_SRV_COPYCHUNK_WRITE.
+pub const FSCTL_SRV_COPYCHUNK_WRITE: u32 = 0x0014_80F2;
+/// FSCTL_VALIDATE_NEGOTIATE_INFO.
+pub const FSCTL_VALIDATE_NEGOTIATE_INFO: u32 = 0x0014_0204;
+/// FSCTL_QUERY_NETWORK_INTERFACE_INFO.
+pub const FSCTL_QUERY_NETWORK_INTERFACE_INFO: u32 = 0x0014_01FC;
+/// FSCTL_SET_SPARSE.
+pub const FSCTL_SET_SPARSE: u32 = 0x0009_00C4;
+/// FSCTL_SET_ZERO_DATA.
+pub const FSCTL_SET_ZERO_DATA: u32 = 0x0009_80C8;
+/// FSCTL_QUERY_ALLOCATED_RANGES.
+pub const FSCTL_QUERY_ALLOCATED_RANGES: u32 = 0x0009_40CF;
+/// Largest IOCTL input we accept.
+pub const MAX_IOCTL_INPUT: usize = 64 * 1024;
+
+/// An IOCTL request with its input borrowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IoctlRequest<'a> {
+    /// CtlCode.
+    pub ctl_code: u32,
+    /// The handle (all-ones for FSCTLs that address no file).
+    pub file_id: FileId,
+    /// Input data.
+    pub input: &'a [u8],
+    /// MaxOutputResponse.
+    pub max_output_response: u32,
+    /// Flags (`IOCTL_IS_FSCTL`).
+    pub flags: u32,
+}
+
+impl<'a> IoctlRequest<'a> {
+    /// Decodes an IOCTL request.
+    pub fn decode(msg: &'a [u8]) -> Result<Self, ProtoError> {
+        let mut r = Reader::new(msg.get(HEADER_LEN..).ok_or(ProtoError::Truncated)?);
+        if r.u16()? != 57 {
+            return Err(ProtoError::BadStructureSize("IOCTL request"));
+        }
+        r.skip(2)?;
+        let ctl_code = r.u32()?;
+        let file_id = FileId::decode(&mut r)?;
+        let in_off = usize::try_from(r.u32()?).map_err(|_| ProtoError::BadOffset)?;
+        let in_len = usize::try_from(r.u32()?).map_err(|_| ProtoError::BadOffset)?;
+        let _max_in = r.u32()?;
+        let _out_off = r.u32()?;
+        let _out_len = r.u32()?;
+        let max_output_response = r.u32()?;
+        let flags = r.u32()?;
+        if in_len > MAX_IOCTL_INPUT {
+            return Err(ProtoError::TooMany("IOCTL input bytes"));
+        }
+        let input = slice_at(msg, in_off, in_len)?;
+        Ok(Self {
+            ctl_code,
+            file_id,
+            input,
+            max_output_response,
+            flags,
+        })
+    }
+
+    /// Appends the body (tests, fuzz seeds).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.put_u16(57);
+        out.put_u16(0);
+        out.put_u32(self.ctl_code);
+        self.file_id.encode(out);
+        out.put_u32(if self.input.is_empty() {
+            0
+        } else {
+            (HEADER_LEN + 56) as u32
+        });
+        out.put_u32(len_u32(self.input.len()));
+        out.put_u32(0);
+        out.put_u32(0);
+        out.put_u32(0);
+        out.put_u32(self.max_output_response);
+        out.put_u32(self.flags);
+        out.put_u32(0);
+        out.extend_from_slice(self.input);
+    }
+}
+
+/// Appends an IOCTL response body with `output` as its output buffer.
+pub fn encode_ioctl_response(out: &mut Vec<u8>, ctl_code: u32, file_id: FileId, output: &[u8]) {
+    let off = (HEADER_LEN + 48) as u32;
+    out.put_u16(49);
+    out.put_u16(0);
+    out.put_u32(ctl_code);
+    file_id.encode(out);
+    out.put_u32(off);
+    out.put_u32(0);
+    out.put_u32(off);
+    out.put_u32(len_u32(output.len()));
+    out.put_u32(0);
+    out.put_u32(0);
+    out.extend_from_slice(output);
+}
+
+/// FSCTL_VALIDATE_NEGOTIATE_INFO input (MS-SMB2 2.2.31.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidateNegotiateInfo {
+    /// Capabilities the client sent in NEGOTIATE.
+    pub capabilities: u32,
+    /// ClientGuid.
+    pub guid: [u8; 16],
+    /// SecurityMode.
+    pub security_mode: u16,
+    /// Dialects.
+    pub dialects: Vec<u16>,
+}
+
+impl ValidateNegotiateInfo {
+    /// Decodes the input buffer.
+    pub fn decode(buf: &[u8]) -> Result<Self, ProtoError> {
+        let mut r = Reader::new(buf);
+        let capabilities = r.u32()?;
+        let guid = r.array()?;
+        let security_mode = r.u16()?;
+        let n = usize::from(r.u16()?);
+        if n > super::negotiate::MAX_DIALECTS {
+            return Err(ProtoError::TooMany("dialects"));
+        }
+        let dialects = (0..n).map(|_| r.u16()).collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            capabilities,
+            guid,
+            security_mode,
+            dialects,
+        })
+    }
+}
+
+/// Output of FSCTL_VALIDATE_NEGOTIATE_INFO (MS-SMB2 2.2.32.6).
+pub fn validate_negotiate_response(
+    capabilities: u32,
+    guid: &[u8; 16],
+    security_mode: u16,
+    dialect: u16,
+) -> Vec<u8> {
+    let mut v = Vec::with_capacity(24);
+    v.put_u32(capabilities);
+    v.extend_from_slice(guid);
+    v.put_u16(security_mode);
+    v.put_u16(dialect);
+    v
+}
+
+/// One NETWORK_INTERFACE_INFO entry for an IPv4 address (MS-SMB2 2.2.32.5).
+pub fn network_interface_info_v4(if_index: u32, link_speed: u64, addr: [u8; 4]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(152);
+    v.put_u32(0); // Next: single entry
+    v.put_u32(if_index);
+    v.put_u32(0); // Capability: no RSS, no RDMA
+    v.put_u32(0);
+    v.put_u64(link_speed);
+    // SOCKADDR_STORAGE: family AF_INET (0x0002), port 0, address, padding to 128 bytes.
+    v.put_u16(0x0002);
+    v.put_u16(0);
+    v.extend_from_slice(&addr);
+    v.put_zeros(128 - 8);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ioctl_round_trip() {
+        let mut input = Vec::new();
+        input.put_u32(0x7f);
+        input.extend_from_slice(&[9u8; 16]);
+        input.put_u16(1);
+        input.put_u16(2);
+        input.put_u16(0x0300);
+        input.put_u16(0x0302);
+        let req = IoctlRequest {
+            ctl_code: FSCTL_VALIDATE_NEGOTIATE_INFO,
+            file_id: FileId::ALL_ONES,
+            input: &input,
+            max_output_response: 24,
+            flags: IOCTL_IS_FSCTL,
+        };
+        let mut m = vec![0u8; HEADER_LEN];
+        req.encode(&mut m);
+        let back = IoctlRequest::decode(&m).unwrap();
+        assert_eq!(back, req);
+        let v = ValidateNegotiateInfo::decode(back.input).unwrap();
+        assert_eq!(v.dialects, vec![0x0300, 0x0302]);
+        let mut out = Vec::new();
+        encode_ioctl_response(
+            &mut out,
+            FSCTL_VALIDATE_NEGOTIATE_INFO,
+            FileId::ALL_ONES,
+            &validate_negotiate_response(1, &[0; 16], 1, 0x0302),
+        );
+        assert_eq!(out.len(), 48 + 24);
+        assert_eq!(network_interface_info_v4(1, 1, [127, 0, 0, 1]).len(), 152);
+    }
+}
