@@ -3,10 +3,12 @@
 //! Layers, bottom up:
 //! - [`tcp`]: sans-I/O NVMe/TCP PDU codec (framing, digests, every length checked).
 //! - [`spec`]: transport-independent NVMe structures (SQE/CQE, Identify, log pages).
+//! - [`target`]: controllers, queues and commands as sans-I/O state machines.
 //!
 //! Invariant: nothing below the transport knows about sockets, files or clocks.
 
 #![deny(missing_docs)]
 
 pub mod spec;
+pub mod target;
 pub mod tcp;

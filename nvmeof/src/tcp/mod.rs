@@ -24,4 +24,4 @@ pub use header::{
 };
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

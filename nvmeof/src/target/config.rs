@@ -1,0 +1,143 @@
+//! What the target serves: the block storage trait and the configuration snapshot
+//! (subsystems, namespaces, allowed hosts) the appliance swaps in when the API changes.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Backing storage of one namespace. Why a trait: the target knows nothing of files or
+/// pools; the appliance implements it over volume files (tests over memory).
+///
+/// Every method may block (it is real I/O): the transport calls them on a blocking
+/// pool, never on the reactor. Offsets and lengths are already range-checked against
+/// [`BlockDevice::size_bytes`] by the controller.
+pub trait BlockDevice: Send + Sync + 'static {
+    /// Size of the device in bytes (the namespace is `size / block size` blocks).
+    fn size_bytes(&self) -> u64;
+    /// Reads exactly `buf.len()` bytes at `offset` (holes read as zeroes).
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Writes `data` at `offset`; with `fua` the data is durable when this returns.
+    fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()>;
+    /// Makes every completed write durable.
+    fn flush(&self) -> io::Result<()>;
+    /// Makes `len` bytes at `offset` read as zeroes (allocated or not).
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// Releases the storage of `len` bytes at `offset`; they then read as zeroes.
+    fn deallocate(&self, offset: u64, len: u64) -> io::Result<()>;
+}
+
+/// Per-namespace I/O counters for the SMART log; atomics so queues never lock.
+/// The appliance keeps one per volume across configuration reloads.
+#[derive(Debug, Default)]
+pub struct IoCounters {
+    /// Bytes read by hosts.
+    pub bytes_read: AtomicU64,
+    /// Bytes written by hosts.
+    pub bytes_written: AtomicU64,
+    /// Read commands completed.
+    pub read_commands: AtomicU64,
+    /// Write commands completed.
+    pub write_commands: AtomicU64,
+    /// Backing I/O failures.
+    pub media_errors: AtomicU64,
+}
+
+impl IoCounters {
+    /// Adds `v` to a counter (relaxed: these are statistics).
+    pub fn add(c: &AtomicU64, v: u64) {
+        c.fetch_add(v, Ordering::Relaxed);
+    }
+}
+
+/// One namespace of a subsystem.
+#[derive(Clone)]
+pub struct NamespaceConfig {
+    /// Namespace ID (1-based).
+    pub nsid: u32,
+    /// Namespace UUID (also used to derive the NGUID).
+    pub uuid: [u8; 16],
+    /// log2 of the logical block size (9 or 12).
+    pub lba_shift: u8,
+    /// The backing storage.
+    pub device: Arc<dyn BlockDevice>,
+    /// Counters reported in the SMART log.
+    pub counters: Arc<IoCounters>,
+    /// A name for logs (the volume name).
+    pub label: String,
+}
+
+impl std::fmt::Debug for NamespaceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamespaceConfig")
+            .field("nsid", &self.nsid)
+            .field("label", &self.label)
+            .field("size", &self.device.size_bytes())
+            .finish()
+    }
+}
+
+impl NamespaceConfig {
+    /// Number of logical blocks.
+    pub fn blocks(&self) -> u64 {
+        self.device.size_bytes() >> self.lba_shift
+    }
+}
+
+/// One NVM subsystem.
+#[derive(Debug, Clone)]
+pub struct SubsystemConfig {
+    /// Subsystem NQN.
+    pub nqn: String,
+    /// Serial number reported in Identify Controller.
+    pub serial: String,
+    /// Whether any host NQN may connect.
+    pub allow_any_host: bool,
+    /// Host NQNs allowed when `allow_any_host` is false.
+    pub hosts: Vec<String>,
+    /// Namespaces, any order.
+    pub namespaces: Vec<NamespaceConfig>,
+}
+
+impl SubsystemConfig {
+    /// Whether `hostnqn` may connect to (and discover) this subsystem.
+    pub fn allows(&self, hostnqn: &str) -> bool {
+        self.allow_any_host || self.hosts.iter().any(|h| h == hostnqn)
+    }
+
+    /// The namespace with `nsid`, if active.
+    pub fn namespace(&self, nsid: u32) -> Option<&NamespaceConfig> {
+        self.namespaces.iter().find(|n| n.nsid == nsid)
+    }
+}
+
+/// A complete, immutable configuration; replaced as a whole on every change.
+#[derive(Debug, Clone, Default)]
+pub struct TargetConfig {
+    /// Every subsystem.
+    pub subsystems: Vec<SubsystemConfig>,
+}
+
+impl TargetConfig {
+    /// The subsystem named `nqn`.
+    pub fn subsystem(&self, nqn: &str) -> Option<&SubsystemConfig> {
+        self.subsystems.iter().find(|s| s.nqn == nqn)
+    }
+}
+
+/// Static facts about the target reported to hosts.
+#[derive(Debug, Clone)]
+pub struct TargetIdentity {
+    /// Model number in Identify Controller.
+    pub model: String,
+    /// Firmware revision in Identify Controller and the firmware slot log.
+    pub firmware: String,
+}
+
+impl Default for TargetIdentity {
+    fn default() -> Self {
+        TargetIdentity {
+            model: "Quarry NVMe/TCP".to_string(),
+            firmware: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}

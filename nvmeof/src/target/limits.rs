@@ -1,0 +1,42 @@
+//! Every limit the target enforces or advertises, in one place.
+
+/// Max data transfer of one command (MDTS = 8 with 4 KiB pages = 1 MiB). Bounds the
+/// buffer one command can make us allocate.
+pub const MAX_TRANSFER: u32 = 1 << 20;
+/// MDTS as advertised in Identify Controller (2^MDTS 4 KiB pages).
+pub const MDTS: u8 = 8;
+/// MAXH2CDATA advertised in ICResp: one R2T covers a whole command.
+pub const MAX_H2C_DATA: u32 = MAX_TRANSFER;
+/// In-capsule data accepted on any queue (the issue asks for at least 16 KiB).
+pub const MAX_INCAPSULE_DATA: u32 = 16 * 1024;
+/// Max queue entries (CAP.MQES + 1) for admin and I/O queues.
+pub const MAX_QUEUE_ENTRIES: u16 = 128;
+/// I/O queues a controller may have.
+pub const MAX_IO_QUEUES: u16 = 64;
+/// Write commands per queue that may hold an R2T buffer at once; the rest wait.
+/// Bounds a queue's write buffering to this many times [`MAX_TRANSFER`].
+pub const MAX_ACTIVE_R2T: usize = 16;
+/// Outstanding AER commands (AERL + 1).
+pub const MAX_AER: usize = 4;
+/// Events queued before AERs collect them.
+pub const MAX_PENDING_EVENTS: usize = 16;
+/// Live controllers per target.
+pub const MAX_CONTROLLERS: usize = 1024;
+/// Highest controller ID allocated (0xFFF0.. are reserved).
+pub const MAX_CNTLID: u16 = 0xffef;
+/// Connect data CNTLID meaning "any controller" (dynamic model).
+pub const DYNAMIC_CNTLID: u16 = 0xffff;
+/// Extra time past KATO before a controller is torn down.
+pub const KATO_GRACE_MS: u64 = 5_000;
+/// Keep-alive granularity advertised (KAS, 100 ms units).
+pub const KAS_100MS: u16 = 10;
+/// Largest HPDA (0's based dwords) a host may ask for; keeps PDO within a byte.
+pub const MAX_HPDA: u8 = 31;
+/// Max DSM ranges (NR is 0's based 8 bits).
+pub const MAX_DSM_RANGES: usize = 256;
+/// Size of one DSM range.
+pub const DSM_RANGE_LEN: usize = 16;
+/// Largest log page transfer (NUMD) served.
+pub const MAX_LOG_TRANSFER: u32 = 1 << 20;
+/// NVMe version reported (1.3.0).
+pub const NVME_VERSION: u32 = 0x0001_0300;

@@ -1,0 +1,20 @@
+//! Transport-independent target: configuration, controllers, admin and I/O commands,
+//! and the per-connection queue state machine.
+
+pub mod admin;
+pub mod config;
+pub mod controller;
+pub mod io;
+pub mod limits;
+pub mod mem;
+pub mod queue;
+
+pub use admin::ListenerInfo;
+pub use config::{
+    BlockDevice, IoCounters, NamespaceConfig, SubsystemConfig, TargetConfig, TargetIdentity,
+};
+pub use controller::{Controller, SessionHooks, SessionObserver, Target};
+pub use queue::{Output, Queue};
+
+#[cfg(test)]
+mod tests;

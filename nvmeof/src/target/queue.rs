@@ -1,0 +1,730 @@
+//! One NVMe/TCP connection (= one queue) as a sans-I/O state machine.
+//!
+//! Input: decoded PDUs ([`Queue::handle_pdu`]), storage completions
+//! ([`Queue::io_done`]), ticks ([`Queue::tick`]) and wake-ups for controller events
+//! ([`Queue::poll_events`]), each with the time in ms since the target started.
+//! Output: [`Output`] values drained with [`Queue::poll_output`]: PDU bytes to send,
+//! storage operations to run, or the instruction to close.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::sync::Arc;
+
+use super::admin::{self, AdminCtx, AdminResult, ListenerInfo};
+use super::config::{IoCounters, TargetConfig};
+use super::controller::*;
+use super::io::{self as nvm_io, BlockOp, IoOutcome, IoPlan, IoRequest};
+use super::limits::*;
+use crate::spec::fabrics::{self, ConnectCmd, ConnectData, CONNECT_DATA_LEN};
+use crate::spec::{admin_opc, sc, Cqe, Sqe, Status, SGL_ID_INCAPSULE, SGL_ID_TRANSPORT};
+use crate::tcp::{self, DecodeContext, Digests, IcResp, Pdu, PduError, TermReqFes, PFV_1_0};
+
+/// What the transport must do next.
+#[derive(Debug)]
+pub enum Output {
+    /// Send these bytes (one or more whole PDUs), in order.
+    Send(Vec<u8>),
+    /// Run this storage operation and report it with [`Queue::io_done`].
+    Io(IoRequest),
+    /// Flush what was sent, then close the connection.
+    Close,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    AwaitIcReq,
+    AwaitConnect,
+    Live,
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    None,
+    H2c,
+    C2h,
+}
+
+enum CmdState {
+    /// Waiting for an R2T slot.
+    WaitR2t { len: u32 },
+    /// R2T sent, collecting H2CData.
+    Receiving { buf: Vec<u8>, ttag: u16 },
+    /// Storage or AER in progress.
+    Running,
+}
+
+struct Cmd {
+    sqe: Sqe,
+    state: CmdState,
+}
+
+/// One queue's state.
+pub struct Queue {
+    target: Arc<Target>,
+    listener: ListenerInfo,
+    peer: String,
+    phase: Phase,
+    digests: Digests,
+    hpda: u8,
+    ctrl: Option<Arc<Controller>>,
+    qid: u16,
+    sq_entries: u16,
+    sqhd: u16,
+    sqflow_disabled: bool,
+    inflight: HashMap<u16, Cmd>,
+    r2t_active: usize,
+    r2t_waiting: VecDeque<u16>,
+    next_ttag: u16,
+    cfg_gen: u64,
+    cfg: Arc<TargetConfig>,
+    out: VecDeque<Output>,
+}
+
+/// SQ flow control disable (Connect CATTR bit 2).
+const CATTR_DISABLE_SQFLOW: u8 = 1 << 2;
+
+impl Queue {
+    /// A new connection from `peer` accepted on `listener`.
+    pub fn new(target: Arc<Target>, listener: ListenerInfo, peer: String) -> Self {
+        let cfg = target.config();
+        let cfg_gen = target.config_generation();
+        Queue {
+            target,
+            listener,
+            peer,
+            phase: Phase::AwaitIcReq,
+            digests: Digests::NONE,
+            hpda: 0,
+            ctrl: None,
+            qid: 0,
+            sq_entries: 0,
+            sqhd: 0,
+            sqflow_disabled: false,
+            inflight: HashMap::new(),
+            r2t_active: 0,
+            r2t_waiting: VecDeque::new(),
+            next_ttag: 0,
+            cfg_gen,
+            cfg,
+            out: VecDeque::new(),
+        }
+    }
+
+    /// How to decode the next PDU from this host.
+    pub fn decode_context(&self) -> DecodeContext {
+        DecodeContext {
+            digests: self.digests,
+            data_alignment: 0,
+            max_pdu_len: tcp::MAX_PDU_LEN,
+        }
+    }
+
+    /// Next output, in order.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// The controller once connected.
+    pub fn controller(&self) -> Option<&Arc<Controller>> {
+        self.ctrl.as_ref()
+    }
+
+    /// Queue ID once connected.
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    /// Whether the queue has closed.
+    pub fn is_closed(&self) -> bool {
+        self.phase == Phase::Closed
+    }
+
+    /// Reports a framing/decoding error from the transport: terminate the connection.
+    pub fn decode_error(&mut self, err: &PduError, header: &[u8]) {
+        tracing::debug!(peer = %self.peer, %err, "bad PDU");
+        match err.fes() {
+            Some((fes, fei)) => self.fatal(fes, fei, header),
+            None => self.close(),
+        }
+    }
+
+    fn fatal(&mut self, fes: TermReqFes, fei: u32, header: &[u8]) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        let mut b = Vec::new();
+        // Before the IC exchange there is no connection to terminate: just close.
+        if self.phase != Phase::AwaitIcReq {
+            tcp::encode_term_req(&mut b, false, fes as u16, fei, header);
+            self.out.push_back(Output::Send(b));
+        }
+        self.close();
+    }
+
+    fn close(&mut self) {
+        if self.phase != Phase::Closed {
+            self.phase = Phase::Closed;
+            self.out.push_back(Output::Close);
+        }
+    }
+
+    /// The connection went away: release the queue (and the controller for an admin queue).
+    pub fn on_disconnect(&mut self) {
+        if let Some(c) = self.ctrl.take() {
+            if self.qid == 0 {
+                self.target.remove_controller(c.cntlid);
+            } else {
+                c.admin().io_queues.remove(&self.qid);
+            }
+        }
+        self.phase = Phase::Closed;
+    }
+
+    /// Periodic check: keep-alive expiry and controller teardown.
+    pub fn tick(&mut self, now_ms: u64) {
+        let Some(c) = self.ctrl.clone() else { return };
+        if c.is_dead() {
+            self.close();
+            return;
+        }
+        if self.qid == 0 && c.keep_alive_expired(now_ms) {
+            tracing::info!(peer = %self.peer, cntlid = c.cntlid, "keep-alive timeout, tearing down controller");
+            self.target.remove_controller(c.cntlid);
+            self.close();
+        }
+    }
+
+    /// Delivers queued asynchronous events to outstanding AERs (admin queue only).
+    pub fn poll_events(&mut self) {
+        if self.qid != 0 || self.phase != Phase::Live {
+            return;
+        }
+        let Some(c) = self.ctrl.clone() else { return };
+        if c.is_dead() {
+            self.close();
+            return;
+        }
+        loop {
+            let (cid, ev) = {
+                let mut a = c.admin();
+                if a.aer_cids.is_empty() || a.events.is_empty() {
+                    break;
+                }
+                (a.aer_cids.remove(0), a.events.remove(0))
+            };
+            self.complete(cid, Status::SUCCESS, ev.dw0, 0, &[]);
+        }
+    }
+
+    fn refresh_config(&mut self) {
+        let g = self.target.config_generation();
+        if g != self.cfg_gen {
+            self.cfg = self.target.config();
+            self.cfg_gen = g;
+        }
+    }
+
+    /// Handles one decoded PDU from the host.
+    pub fn handle_pdu(&mut self, pdu: Pdu<'_>, header: &[u8], now_ms: u64) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        if let Some(c) = &self.ctrl {
+            c.touch(now_ms);
+        }
+        match (self.phase, pdu) {
+            (Phase::AwaitIcReq, Pdu::IcReq(r)) => {
+                if r.pfv != PFV_1_0 {
+                    return self.fatal(TermReqFes::UnsupportedParameter, 8, header);
+                }
+                if r.hpda > MAX_HPDA {
+                    return self.fatal(TermReqFes::UnsupportedParameter, 10, header);
+                }
+                self.hpda = r.hpda;
+                self.digests = Digests::from_dgst(r.dgst);
+                let mut b = Vec::new();
+                tcp::encode_icresp(
+                    &mut b,
+                    &IcResp {
+                        pfv: PFV_1_0,
+                        cpda: 0,
+                        dgst: self.digests.dgst(),
+                        maxh2cdata: MAX_H2C_DATA,
+                    },
+                );
+                self.out.push_back(Output::Send(b));
+                self.phase = Phase::AwaitConnect;
+            }
+            (Phase::AwaitIcReq, _) => self.fatal(TermReqFes::PduSequenceError, 0, header),
+            (_, Pdu::H2cTermReq(t)) => {
+                tracing::info!(peer = %self.peer, fes = t.fes, fei = t.fei, "host terminated connection");
+                self.close();
+            }
+            (_, Pdu::CapsuleCmd(c)) => self.on_capsule(c.sqe, c.data, header, now_ms),
+            (Phase::Live, Pdu::H2cData(d)) => self.on_h2c_data(d, header, now_ms),
+            _ => self.fatal(TermReqFes::PduSequenceError, 0, header),
+        }
+    }
+
+    fn advance_sqhd(&mut self) {
+        if self.sq_entries > 0 {
+            self.sqhd = (self.sqhd + 1) % self.sq_entries;
+        } else {
+            self.sqhd = self.sqhd.wrapping_add(1);
+        }
+    }
+
+    fn on_capsule(&mut self, sqe: Sqe, data: &[u8], header: &[u8], now_ms: u64) {
+        let cid = sqe.cid();
+        self.advance_sqhd();
+        if self.phase == Phase::AwaitConnect {
+            if sqe.opcode() == admin_opc::FABRICS && sqe.fctype() == fabrics::FCTYPE_CONNECT {
+                self.connect(&sqe, data, now_ms);
+            } else {
+                self.respond(cid, Status::generic(sc::COMMAND_SEQUENCE), 0, 0);
+            }
+            return;
+        }
+        if self.inflight.contains_key(&cid) {
+            // A reused CID is a host bug we cannot track safely.
+            return self.fatal(TermReqFes::InvalidHeaderField, 10, header);
+        }
+        if self.inflight.len() >= usize::from(self.sq_entries) {
+            return self.fatal(TermReqFes::DataTransferLimitExceeded, 0, header);
+        }
+        let sgl = sqe.sgl();
+        let dir = self.direction(&sqe);
+        // Commands with no transfer may carry any SGL length 0; data only when H2C.
+        match dir {
+            Dir::H2c if sgl.len > 0 => {
+                if sgl.len > MAX_TRANSFER {
+                    return self.respond(cid, Status::generic(sc::INVALID_FIELD), 0, 0);
+                }
+                match sgl.id {
+                    SGL_ID_INCAPSULE => {
+                        let start = usize::try_from(sgl.addr).unwrap_or(usize::MAX);
+                        let end = start.saturating_add(sgl.len as usize);
+                        match data.get(start..end) {
+                            Some(d) if sgl.len <= MAX_INCAPSULE_DATA => {
+                                let d = d.to_vec();
+                                self.inflight.insert(
+                                    cid,
+                                    Cmd {
+                                        sqe,
+                                        state: CmdState::Running,
+                                    },
+                                );
+                                self.dispatch(cid, d, now_ms);
+                            }
+                            _ => self.respond(cid, Status::generic(sc::SGL_OFFSET_INVALID), 0, 0),
+                        }
+                    }
+                    SGL_ID_TRANSPORT => {
+                        if !data.is_empty() {
+                            return self.respond(cid, Status::generic(sc::INVALID_FIELD), 0, 0);
+                        }
+                        // Validate before soliciting data so a bad write costs no buffer.
+                        if let Some(st) = self.precheck(&sqe) {
+                            return self.respond(cid, st, 0, 0);
+                        }
+                        self.inflight.insert(
+                            cid,
+                            Cmd {
+                                sqe,
+                                state: CmdState::WaitR2t { len: sgl.len },
+                            },
+                        );
+                        self.r2t_waiting.push_back(cid);
+                        self.pump_r2t();
+                    }
+                    _ => self.respond(cid, Status::generic(sc::SGL_TYPE_INVALID), 0, 0),
+                }
+            }
+            _ => {
+                if !data.is_empty() {
+                    return self.respond(cid, Status::generic(sc::INVALID_FIELD), 0, 0);
+                }
+                if dir == Dir::C2h && sgl.len > 0 && sgl.id != SGL_ID_TRANSPORT {
+                    return self.respond(cid, Status::generic(sc::SGL_TYPE_INVALID), 0, 0);
+                }
+                self.inflight.insert(
+                    cid,
+                    Cmd {
+                        sqe,
+                        state: CmdState::Running,
+                    },
+                );
+                self.dispatch(cid, Vec::new(), now_ms);
+            }
+        }
+    }
+
+    fn direction(&self, sqe: &Sqe) -> Dir {
+        let bits = if sqe.opcode() == admin_opc::FABRICS {
+            sqe.fctype() & 0x3
+        } else {
+            sqe.opcode() & 0x3
+        };
+        match bits {
+            1 => Dir::H2c,
+            2 => Dir::C2h,
+            _ => Dir::None,
+        }
+    }
+
+    /// Cheap checks on a command that wants data, before any buffer is allocated.
+    fn precheck(&mut self, sqe: &Sqe) -> Option<Status> {
+        if self.qid == 0 {
+            // No admin command of ours takes solicited data.
+            return Some(Status::generic(sc::INVALID_FIELD));
+        }
+        self.refresh_config();
+        let ctrl = self.ctrl.as_ref()?;
+        let sub = self.cfg.subsystem(&ctrl.subnqn)?;
+        let Some(ns) = sub.namespace(sqe.nsid()) else {
+            return Some(Status::generic(sc::INVALID_NS));
+        };
+        match nvm_io::plan(ns, sqe, sqe.sgl().len) {
+            IoPlan::Complete(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn pump_r2t(&mut self) {
+        while self.r2t_active < MAX_ACTIVE_R2T {
+            let Some(cid) = self.r2t_waiting.pop_front() else {
+                return;
+            };
+            let Some(cmd) = self.inflight.get_mut(&cid) else {
+                continue;
+            };
+            let CmdState::WaitR2t { len } = cmd.state else {
+                continue;
+            };
+            let ttag = self.next_ttag;
+            self.next_ttag = self.next_ttag.wrapping_add(1);
+            cmd.state = CmdState::Receiving {
+                buf: Vec::with_capacity(len as usize),
+                ttag,
+            };
+            self.r2t_active += 1;
+            let mut b = Vec::new();
+            tcp::encode_r2t(
+                &mut b,
+                &tcp::R2t {
+                    cccid: cid,
+                    ttag,
+                    r2to: 0,
+                    r2tl: len,
+                },
+                self.digests,
+            );
+            self.out.push_back(Output::Send(b));
+        }
+    }
+
+    fn on_h2c_data(&mut self, d: tcp::DataPdu<'_>, header: &[u8], now_ms: u64) {
+        let Some(cmd) = self.inflight.get_mut(&d.cccid) else {
+            return self.fatal(TermReqFes::InvalidHeaderField, 8, header);
+        };
+        let total = cmd.sqe.sgl().len as usize;
+        let CmdState::Receiving { buf, ttag } = &mut cmd.state else {
+            return self.fatal(TermReqFes::PduSequenceError, 0, header);
+        };
+        if *ttag != d.ttag {
+            return self.fatal(TermReqFes::InvalidHeaderField, 10, header);
+        }
+        if d.datao as usize != buf.len() {
+            return self.fatal(TermReqFes::DataTransferOutOfRange, 12, header);
+        }
+        if buf.len() + d.data.len() > total || d.data.len() > MAX_H2C_DATA as usize {
+            return self.fatal(TermReqFes::DataTransferOutOfRange, 16, header);
+        }
+        buf.extend_from_slice(d.data);
+        let last = d.flags & tcp::FLAG_LAST_PDU != 0;
+        let complete = buf.len() == total;
+        if last != complete {
+            return self.fatal(TermReqFes::PduSequenceError, 1, header);
+        }
+        if complete {
+            let data = std::mem::take(buf);
+            cmd.state = CmdState::Running;
+            self.r2t_active = self.r2t_active.saturating_sub(1);
+            self.dispatch(d.cccid, data, now_ms);
+            self.pump_r2t();
+        }
+    }
+
+    /// Runs a command whose data (if any) is complete.
+    fn dispatch(&mut self, cid: u16, data: Vec<u8>, now_ms: u64) {
+        let Some(cmd) = self.inflight.get(&cid) else {
+            return;
+        };
+        let sqe = cmd.sqe;
+        let Some(ctrl) = self.ctrl.clone() else {
+            return self.respond(cid, Status::generic(sc::COMMAND_SEQUENCE), 0, 0);
+        };
+        if sqe.opcode() == admin_opc::FABRICS {
+            return self.fabrics(&ctrl, &sqe, now_ms);
+        }
+        let enabled = ctrl.admin().csts & CSTS_RDY != 0;
+        if !enabled {
+            return self.respond(cid, Status::generic(sc::COMMAND_SEQUENCE), 0, 0);
+        }
+        if self.qid == 0 {
+            self.refresh_config();
+            let cfg = self.cfg.clone();
+            let ctx = AdminCtx {
+                target: &self.target,
+                ctrl: &ctrl,
+                cfg: &cfg,
+                now_ms,
+                listener: &self.listener,
+            };
+            match admin::execute(&ctx, &sqe, &data) {
+                AdminResult::Deferred => {
+                    self.poll_events();
+                }
+                AdminResult::Complete {
+                    status,
+                    dw0,
+                    dw1,
+                    data,
+                } => {
+                    let n = data.len().min(sqe.sgl().len as usize);
+                    self.complete(cid, status, dw0, dw1, data.get(..n).unwrap_or_default());
+                }
+            }
+            return;
+        }
+        self.io_command(&ctrl, cid, &sqe, data);
+    }
+
+    fn io_command(&mut self, ctrl: &Controller, cid: u16, sqe: &Sqe, data: Vec<u8>) {
+        self.refresh_config();
+        let cfg = self.cfg.clone();
+        let Some(ns) = cfg
+            .subsystem(&ctrl.subnqn)
+            .and_then(|s| s.namespace(sqe.nsid()))
+        else {
+            let st = if nvm_io_opcode_known(sqe.opcode()) {
+                Status::generic(sc::INVALID_NS)
+            } else {
+                Status::generic(sc::INVALID_OPCODE)
+            };
+            return self.respond(cid, st, 0, 0);
+        };
+        let plan = if self.direction(sqe) == Dir::H2c && sqe.sgl().len > 0 {
+            match nvm_io::plan(ns, sqe, sqe.sgl().len) {
+                IoPlan::NeedsData { len } if len as usize == data.len() => {
+                    nvm_io::build_with_data(ns, sqe, data)
+                }
+                IoPlan::NeedsData { .. } => {
+                    IoPlan::Complete(Status::generic(sc::SGL_LENGTH_INVALID))
+                }
+                other => other,
+            }
+        } else {
+            nvm_io::plan(ns, sqe, sqe.sgl().len)
+        };
+        match plan {
+            IoPlan::Run(op) => self.out.push_back(Output::Io(IoRequest {
+                cid,
+                device: ns.device.clone(),
+                counters: ns.counters.clone(),
+                op,
+            })),
+            IoPlan::Complete(s) => self.respond(cid, s, 0, 0),
+            IoPlan::NeedsData { .. } => {
+                self.respond(cid, Status::generic(sc::SGL_LENGTH_INVALID), 0, 0)
+            }
+        }
+    }
+
+    /// Reports a finished storage operation.
+    pub fn io_done(&mut self, req: &IoRequest, result: io::Result<IoOutcome>) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        let k: &IoCounters = &req.counters;
+        match result {
+            Ok(IoOutcome::Read(data)) => {
+                IoCounters::add(&k.bytes_read, data.len() as u64);
+                IoCounters::add(&k.read_commands, 1);
+                if let Some(c) = &self.ctrl {
+                    c.account(data.len() as u64, 0);
+                }
+                self.complete(req.cid, Status::SUCCESS, 0, 0, &data);
+            }
+            Ok(IoOutcome::Done) => {
+                if let BlockOp::Write { data, .. } = &req.op {
+                    IoCounters::add(&k.bytes_written, data.len() as u64);
+                    IoCounters::add(&k.write_commands, 1);
+                    if let Some(c) = &self.ctrl {
+                        c.account(0, data.len() as u64);
+                    }
+                }
+                self.respond(req.cid, Status::SUCCESS, 0, 0);
+            }
+            Err(e) => {
+                tracing::warn!(peer = %self.peer, cid = req.cid, error = %e, "backing I/O failed");
+                IoCounters::add(&k.media_errors, 1);
+                self.respond(req.cid, Status::generic(sc::INTERNAL), 0, 0);
+            }
+        }
+    }
+
+    fn fabrics(&mut self, ctrl: &Controller, sqe: &Sqe, now_ms: u64) {
+        let cid = sqe.cid();
+        let _ = now_ms;
+        match sqe.fctype() {
+            fabrics::FCTYPE_PROPERTY_GET if self.qid == 0 => {
+                let (st, v) = admin::property_get(ctrl, sqe);
+                self.respond(cid, st, v as u32, (v >> 32) as u32);
+            }
+            fabrics::FCTYPE_PROPERTY_SET if self.qid == 0 => {
+                let st = admin::property_set(ctrl, sqe);
+                self.respond(cid, st, 0, 0);
+            }
+            fabrics::FCTYPE_DISCONNECT => {
+                self.respond(cid, Status::SUCCESS, 0, 0);
+                self.close();
+            }
+            fabrics::FCTYPE_CONNECT => {
+                self.respond(cid, Status::generic(sc::COMMAND_SEQUENCE), 0, 0);
+            }
+            _ => self.respond(cid, Status::generic(sc::INVALID_FIELD), 0, 0),
+        }
+    }
+
+    fn connect(&mut self, sqe: &Sqe, data: &[u8], now_ms: u64) {
+        let cid = sqe.cid();
+        let cmd = ConnectCmd::parse(sqe);
+        let invalid = |offset: u16, in_data: bool| {
+            (
+                Status::specific(sc::CONNECT_INVALID_PARAM),
+                u32::from(offset) | if in_data { 1 << 16 } else { 0 },
+            )
+        };
+        let result: Result<(Arc<Controller>, u16), (Status, u32)> = (|| {
+            if cmd.recfmt != 0 {
+                return Err((Status::specific(0x80), 0));
+            }
+            let sgl = sqe.sgl();
+            if sgl.id != SGL_ID_INCAPSULE || (sgl.len as usize) < CONNECT_DATA_LEN {
+                return Err(invalid(24, false));
+            }
+            let cd = ConnectData::parse(data).map_err(|e| invalid(e.offset, true))?;
+            if cmd.sqsize == 0 || cmd.sqsize >= MAX_QUEUE_ENTRIES {
+                return Err(invalid(44, false));
+            }
+            let ctrl = if cmd.qid == 0 {
+                self.target
+                    .create_controller(
+                        &cd.subnqn,
+                        &cd.hostnqn,
+                        cd.hostid,
+                        cd.cntlid,
+                        cmd.kato,
+                        now_ms,
+                        &self.peer,
+                    )
+                    .map_err(|e| match e {
+                        ConnectError::InvalidParam { offset, data } => invalid(offset, data),
+                        ConnectError::InvalidHost => {
+                            (Status::specific(sc::CONNECT_INVALID_HOST), 0)
+                        }
+                        ConnectError::Busy => (Status::specific(sc::CONNECT_CTRL_BUSY), 0),
+                    })?
+            } else {
+                let c = self
+                    .target
+                    .find_controller(&cd.subnqn, &cd.hostnqn, &cd.hostid, cd.cntlid)
+                    .ok_or_else(|| invalid(16, true))?;
+                if c.kind != ControllerKind::Io {
+                    return Err(invalid(42, false));
+                }
+                let mut a = c.admin();
+                if a.csts & CSTS_RDY == 0 {
+                    drop(a);
+                    return Err((Status::generic(sc::COMMAND_SEQUENCE), 0));
+                }
+                let granted = a.io_queues_granted.unwrap_or(MAX_IO_QUEUES);
+                if cmd.qid > granted || !a.io_queues.insert(cmd.qid) {
+                    drop(a);
+                    return Err(invalid(42, false));
+                }
+                drop(a);
+                c
+            };
+            Ok((ctrl, cmd.qid))
+        })();
+        match result {
+            Ok((ctrl, qid)) => {
+                let cntlid = ctrl.cntlid;
+                tracing::info!(peer = %self.peer, cntlid, qid, subnqn = %ctrl.subnqn, hostnqn = %ctrl.hostnqn, "queue connected");
+                self.qid = qid;
+                self.sq_entries = cmd.sqsize + 1;
+                self.sqflow_disabled = cmd.cattr & CATTR_DISABLE_SQFLOW != 0;
+                self.ctrl = Some(ctrl);
+                self.phase = Phase::Live;
+                self.respond(cid, Status::SUCCESS, u32::from(cntlid), 0);
+            }
+            Err((st, dw0)) => {
+                tracing::info!(peer = %self.peer, qid = cmd.qid, status = ?st, "connect refused");
+                self.respond(cid, st, dw0, 0);
+            }
+        }
+    }
+
+    fn respond(&mut self, cid: u16, status: Status, dw0: u32, dw1: u32) {
+        self.complete(cid, status, dw0, dw1, &[]);
+    }
+
+    /// Completes a command: C2HData (if any) then CapsuleResp, unless SUCCESS covers it.
+    fn complete(&mut self, cid: u16, status: Status, dw0: u32, dw1: u32, data: &[u8]) {
+        self.inflight.remove(&cid);
+        let mut b = Vec::with_capacity(data.len() + 64);
+        let success_flag =
+            self.sqflow_disabled && status.is_success() && dw0 == 0 && dw1 == 0 && !data.is_empty();
+        if !data.is_empty() && status.is_success() {
+            tcp::encode_c2h_data(
+                &mut b,
+                cid,
+                0,
+                data,
+                true,
+                success_flag,
+                self.digests,
+                self.hpda,
+            );
+        }
+        if !success_flag {
+            let cqe = Cqe {
+                dw0,
+                dw1,
+                sqhd: if self.sqflow_disabled {
+                    0xffff
+                } else {
+                    self.sqhd
+                },
+                sqid: self.qid,
+                cid,
+                status: status.to_u16(),
+            };
+            tcp::encode_capsule_resp(&mut b, &cqe, self.digests);
+        }
+        self.out.push_back(Output::Send(b));
+    }
+
+    /// Number of commands in flight (for tests and metrics).
+    pub fn inflight(&self) -> usize {
+        self.inflight.len()
+    }
+}
+
+fn nvm_io_opcode_known(op: u8) -> bool {
+    use crate::spec::io_opc::*;
+    matches!(op, FLUSH | WRITE | READ | WRITE_ZEROES | DSM)
+}
