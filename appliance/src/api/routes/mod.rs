@@ -1,0 +1,10 @@
+//! Route handlers, one module per resource.
+
+pub mod health;
+pub mod login;
+pub mod nvme;
+pub mod shares;
+pub mod system;
+pub mod tokens;
+pub mod users;
+pub mod volumes;

@@ -1,0 +1,57 @@
+//! Command-line interface, exactly as `shared/interface.md` specifies: every flag also
+//! reads from a `QUARRY_*` environment variable so systemd units and containers can
+//! configure the appliance without a wrapper script.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Top-level command line of the `quarry` binary.
+#[derive(Debug, Parser)]
+#[command(
+    name = "quarry",
+    version,
+    about = "Quarry storage appliance: SMB 3, NVMe/TCP, REST API"
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The binary's subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the appliance: REST API, SMB server and NVMe/TCP target over the pool.
+    Serve(ServeArgs),
+}
+
+/// Log output format: humans read the terminal, log shippers read JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Arguments of `quarry serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Where the config database and, for the embedded default pool, the pool (`DIR/pool`) live.
+    #[arg(long, env = "QUARRY_DATA", default_value = "./quarry-data")]
+    pub data: PathBuf,
+    /// SMB over direct TCP.
+    #[arg(long, env = "QUARRY_SMB_LISTEN", default_value = "0.0.0.0:445")]
+    pub smb_listen: SocketAddr,
+    /// NVMe/TCP, I/O and discovery.
+    #[arg(long, env = "QUARRY_NVME_LISTEN", default_value = "0.0.0.0:4420")]
+    pub nvme_listen: SocketAddr,
+    /// Web UI, REST API and `/metrics`.
+    #[arg(long, env = "QUARRY_HTTP_LISTEN", default_value = "0.0.0.0:8080")]
+    pub http_listen: SocketAddr,
+    /// Log format.
+    #[arg(long, env = "QUARRY_LOG_FORMAT", value_enum, default_value = "human")]
+    pub log_format: LogFormat,
+}

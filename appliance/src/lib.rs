@@ -1,0 +1,17 @@
+//! The Quarry appliance: everything that knows about SQLite, HTTP/JSON, systemd and the pool.
+//!
+//! The protocol crates (`quarry-smb`, `quarry-nvmeof`) know nothing of this crate; the
+//! `*_service` modules implement their storage traits over [`pool`] and feed them the
+//! configuration held in [`db`]. See ARCHITECTURE.md for the request flow.
+
+pub mod api;
+pub mod cli;
+pub mod credentials;
+pub mod db;
+pub mod logging;
+pub mod nvme_service;
+pub mod pool;
+pub mod serve;
+pub mod sessions;
+pub mod smb_service;
+pub mod state;

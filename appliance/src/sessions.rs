@@ -1,0 +1,189 @@
+//! Live sessions (SMB sessions, NVMe controllers) as the API lists them. Protocol
+//! services register a session when it authenticates and count bytes with relaxed
+//! atomics (no lock on the data path); an admin's DELETE cancels its token, and the
+//! service tears the connection down.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use utoipa::ToSchema;
+
+/// Which front end a session belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    /// An SMB session.
+    Smb,
+    /// An NVMe/TCP controller (admin + I/O queues).
+    NvmeTcp,
+}
+
+struct Entry {
+    id: u64,
+    protocol: Protocol,
+    user: String,
+    peer: SocketAddr,
+    since: i64,
+    target: Mutex<String>,
+    read: AtomicU64,
+    written: AtomicU64,
+    cancel: CancellationToken,
+}
+
+/// A session as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SessionInfo {
+    /// Id to disconnect with.
+    pub id: u64,
+    /// Front end.
+    pub protocol: Protocol,
+    /// SMB user or NVMe host NQN.
+    pub user: String,
+    /// Client address.
+    pub client: String,
+    /// Connected since (RFC 3339).
+    pub since: String,
+    /// Share(s) or subsystem in use.
+    pub target: String,
+    /// Bytes read by the client.
+    pub bytes_read: u64,
+    /// Bytes written by the client.
+    pub bytes_written: u64,
+}
+
+/// Registry of live sessions, shared by every service and the API.
+#[derive(Clone, Default)]
+pub struct SessionRegistry {
+    entries: Arc<Mutex<HashMap<u64, Arc<Entry>>>>,
+    next_id: Arc<AtomicU64>,
+}
+
+/// Keeps a session listed while alive; dropping it unregisters the session.
+pub struct SessionGuard {
+    entry: Arc<Entry>,
+    registry: SessionRegistry,
+}
+
+impl SessionGuard {
+    /// Counts bytes the client read.
+    pub fn add_read(&self, bytes: u64) {
+        self.entry.read.fetch_add(bytes, Ordering::Relaxed);
+    }
+    /// Counts bytes the client wrote.
+    pub fn add_written(&self, bytes: u64) {
+        self.entry.written.fetch_add(bytes, Ordering::Relaxed);
+    }
+    /// Records what the session is using (share names, subsystem).
+    pub fn set_target(&self, target: String) {
+        *self.entry.target.lock().unwrap_or_else(|p| p.into_inner()) = target;
+    }
+    /// The session's id in the registry.
+    pub fn id(&self) -> u64 {
+        self.entry.id
+    }
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        let mut map = self
+            .registry
+            .entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        map.remove(&self.entry.id);
+    }
+}
+
+impl SessionRegistry {
+    /// Registers a live session.
+    pub fn register(
+        &self,
+        protocol: Protocol,
+        user: String,
+        peer: SocketAddr,
+        target: String,
+    ) -> (SessionGuard, CancellationToken) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let cancel = CancellationToken::new();
+        let entry = Arc::new(Entry {
+            id,
+            protocol,
+            user,
+            peer,
+            since: crate::db::now(),
+            target: Mutex::new(target),
+            read: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+            cancel: cancel.clone(),
+        });
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, entry.clone());
+        (
+            SessionGuard {
+                entry,
+                registry: self.clone(),
+            },
+            cancel,
+        )
+    }
+
+    /// Every live session, by id.
+    pub fn list(&self) -> Vec<SessionInfo> {
+        let map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<SessionInfo> = map
+            .values()
+            .map(|e| SessionInfo {
+                id: e.id,
+                protocol: e.protocol,
+                user: e.user.clone(),
+                client: e.peer.to_string(),
+                since: crate::db::rfc3339(e.since),
+                target: e.target.lock().map(|t| t.clone()).unwrap_or_default(),
+                bytes_read: e.read.load(Ordering::Relaxed),
+                bytes_written: e.written.load(Ordering::Relaxed),
+            })
+            .collect();
+        out.sort_by_key(|s| s.id);
+        out
+    }
+
+    /// Asks the owning service to disconnect a session. Returns false if it is unknown.
+    pub fn disconnect(&self, id: u64) -> bool {
+        let map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get(&id) {
+            Some(e) => {
+                e.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn register_count_disconnect_unregister() {
+        let reg = SessionRegistry::default();
+        let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let (guard, token) = reg.register(Protocol::Smb, "alice".into(), peer, "data".into());
+        guard.add_read(10);
+        guard.add_written(5);
+        let list = reg.list();
+        assert_eq!(list.len(), 1);
+        assert_eq!((list[0].bytes_read, list[0].bytes_written), (10, 5));
+        assert!(reg.disconnect(guard.id()));
+        assert!(token.is_cancelled());
+        drop(guard);
+        assert!(reg.list().is_empty());
+        assert!(!reg.disconnect(1));
+    }
+}

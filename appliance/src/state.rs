@@ -1,0 +1,66 @@
+//! The state every service and API handler shares.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+
+use crate::api::ratelimit::LoginLimiter;
+use crate::db::Db;
+use crate::pool::DirectoryPool;
+use crate::sessions::SessionRegistry;
+
+/// Capacity of the config-change channel; a receiver that lags this far behind gets
+/// `Lagged` and should reload everything.
+const CHANGE_CHANNEL_CAPACITY: usize = 256;
+
+/// What kind of configuration changed (services reload the part they serve).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigChange {
+    /// Users were added, removed, or changed password.
+    Users,
+    /// Shares were added, removed or changed.
+    Shares,
+    /// Volumes were added, removed or resized.
+    Volumes,
+    /// NVMe subsystems, hosts or namespaces changed.
+    Subsystems,
+}
+
+/// Shared handles of the running appliance. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    /// Config database.
+    pub db: Db,
+    /// The pool.
+    pub pool: Arc<DirectoryPool>,
+    /// Config-change notifications for the protocol services.
+    pub changes: broadcast::Sender<ConfigChange>,
+    /// Live sessions.
+    pub sessions: SessionRegistry,
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// Failed-login throttle.
+    pub login_limiter: Arc<LoginLimiter>,
+}
+
+impl AppState {
+    /// Builds the state over an opened database and pool.
+    pub fn new(db: Db, pool: Arc<DirectoryPool>, data_dir: PathBuf) -> AppState {
+        let (changes, _) = broadcast::channel(CHANGE_CHANNEL_CAPACITY);
+        AppState {
+            db,
+            pool,
+            changes,
+            sessions: SessionRegistry::default(),
+            data_dir,
+            login_limiter: Arc::new(LoginLimiter::default()),
+        }
+    }
+
+    /// Tells the services that part of the configuration changed.
+    pub fn notify(&self, change: ConfigChange) {
+        // No receiver is fine: the service is not running (e.g. in API tests).
+        let _ = self.changes.send(change);
+    }
+}
