@@ -379,4 +379,16 @@ fn samba_smbclient_exchange_matches_smbd() {
         ),
         Err(AuthError::LogonFailure)
     );
+    // ... which is what smbd answered too.
+    let s2 = unhex(WRONG_SS2_RESP);
+    assert_eq!(
+        u32::from_le_bytes([s2[8], s2[9], s2[10], s2[11]]),
+        AuthError::LogonFailure.nt_status()
+    );
+    // ... which is what smbd answered too.
+    let s2 = unhex(WRONG_SS2_RESP);
+    assert_eq!(
+        u32::from_le_bytes([s2[8], s2[9], s2[10], s2[11]]),
+        AuthError::LogonFailure.nt_status()
+    );
 }
