@@ -194,3 +194,39 @@ fn mutated_pdus_never_panic() {
         while pipe.read(rnd() as usize % 300 + 1).is_some() {}
     }
 }
+
+#[path = "impacket_vectors.rs"]
+mod impacket_vectors;
+
+/// Requests built by impacket's srvsvc client (every level of both calls) still get exactly
+/// the replies impacket decoded and checked when the vectors were recorded.
+#[test]
+fn impacket_requests_get_the_replies_impacket_accepted() {
+    let shares = vec![
+        ShareEntry {
+            name: "datasets".into(),
+            kind: ShareKind::Disk,
+            comment: "Training data".into(),
+        },
+        ShareEntry {
+            name: "checkpoints".into(),
+            kind: ShareKind::Disk,
+            comment: String::new(),
+        },
+        ShareEntry {
+            name: "IPC$".into(),
+            kind: ShareKind::Ipc,
+            comment: "IPC Service (Quarry)".into(),
+        },
+    ];
+    let mut pipe = SrvsvcPipe::new(shares);
+    assert_eq!(impacket_vectors::IMPACKET_EXCHANGES.len(), 12);
+    for (req, expected) in impacket_vectors::IMPACKET_EXCHANGES {
+        pipe.write(&unhex(req)).unwrap();
+        let mut got = Vec::new();
+        while let Some(r) = pipe.read(1 << 20) {
+            got.extend_from_slice(&r.data);
+        }
+        assert_eq!(hex::encode(got), *expected);
+    }
+}
