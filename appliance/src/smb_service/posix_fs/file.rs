@@ -6,7 +6,7 @@
 //! charge released, so an unacknowledged write leaves nothing behind past the old end.
 
 use std::fs::File;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -73,8 +73,17 @@ impl PosixFile {
         Ok(attrs::info_of(self.file.as_fd(), &self.share.xattrs)?.1)
     }
 
+    /// The open's current path components. The kernel's view (`/proc/self/fd`) wins, so a
+    /// rename of a parent directory, by this share or anyone else, is followed; the path
+    /// recorded at open/rename is the fallback (no procfs, or the file was deleted).
     fn components(&self) -> Vec<String> {
-        self.path.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        let mut stored = self.path.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(live) = live_components(self.share.root.as_fd(), self.file.as_fd()) {
+            if *stored != live {
+                *stored = live;
+            }
+        }
+        stored.clone()
     }
 
     fn size(&self) -> Result<u64, FsError> {
@@ -161,6 +170,25 @@ impl PosixFile {
             .map_err(io_err("read directory"))?
             .is_none())
     }
+}
+
+/// The path of `fd` relative to the share root according to procfs, if it lies beneath it
+/// and is still linked.
+fn live_components(root: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> Option<Vec<String>> {
+    let link =
+        |fd: BorrowedFd<'_>| std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok();
+    let (root_path, path) = (link(root)?, link(fd)?);
+    // A deleted file's link reads "name (deleted)": not a usable path.
+    if path.to_str().is_none_or(|p| p.ends_with(" (deleted)")) {
+        return None;
+    }
+    let rel = path.strip_prefix(&root_path).ok()?;
+    rel.components()
+        .map(|c| match c {
+            std::path::Component::Normal(s) => s.to_str().map(str::to_string),
+            _ => None,
+        })
+        .collect()
 }
 
 impl FsFile for PosixFile {
@@ -254,6 +282,17 @@ impl FsFile for PosixFile {
         }
         let fd = self.file.as_fd();
         if let Some(a) = change.attributes {
+            // MS-FSA 2.1.5.14.2.
+            if self.is_dir && a & attr::TEMPORARY != 0 {
+                return Err(FsError::InvalidParameter(
+                    "a directory cannot be temporary".into(),
+                ));
+            }
+            if !self.is_dir && a & attr::DIRECTORY != 0 {
+                return Err(FsError::InvalidParameter(
+                    "a file cannot become a directory".into(),
+                ));
+            }
             let current = attrs::read_stored(fd, &self.share.xattrs)
                 .attributes
                 .unwrap_or(0);

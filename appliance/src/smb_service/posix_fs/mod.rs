@@ -203,6 +203,13 @@ impl PosixShareFs {
                 "file has the read-only attribute".into(),
             ));
         }
+        // MS-FSA 2.1.5.1.2.1: replacing a hidden or system file must say so.
+        let kept = info.attributes & (attr::HIDDEN | attr::SYSTEM);
+        if truncate && kept & !req.attributes != 0 {
+            return Err(FsError::AccessDenied(
+                "overwrite must keep HIDDEN/SYSTEM".into(),
+            ));
+        }
         let write_through = req.options & create_options::WRITE_THROUGH != 0;
         let file = PosixFile::new(
             self.inner.clone(),
@@ -293,6 +300,11 @@ impl ShareFs for PosixShareFs {
         if dir_only && !matches!(req.disposition, Create | Open | OpenIf) {
             return Err(FsError::InvalidParameter(
                 "directories can only be opened or created".into(),
+            ));
+        }
+        if dir_only && req.attributes & attr::TEMPORARY != 0 {
+            return Err(FsError::InvalidParameter(
+                "a directory cannot be temporary".into(),
             ));
         }
         let comps = split_path(req.path)?;

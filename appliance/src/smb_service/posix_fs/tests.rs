@@ -195,7 +195,7 @@ fn escapes_are_refused() {
     );
     assert_eq!(
         open(&fx, "\\etc\\passwd", D::Open).unwrap_err(),
-        nt::OBJECT_NAME_INVALID
+        nt::INVALID_PARAMETER
     );
     assert_eq!(
         open(&fx, "secret:stream", D::Create).unwrap_err(),
@@ -715,4 +715,127 @@ fn read_write_flush_round_trip() {
         nt::ACCESS_DENIED
     );
     assert_eq!(ro.info.end_of_file, payload.len() as u64);
+}
+
+#[test]
+fn opens_follow_renames_of_their_parent_directories() {
+    let fx = fixture();
+    let d = mkdir(&fx, "old");
+    let f = open(&fx, "old\\f.txt", D::Create).unwrap();
+    f.file.write_at(0, b"abc", false).unwrap();
+    d.file.rename("new", false).unwrap();
+    assert_eq!(f.file.path(), "new\\f.txt");
+    // Behind the share's back too.
+    fs::rename(fx.root.join("new"), fx.root.join("newer")).unwrap();
+    assert_eq!(f.file.path(), "newer\\f.txt");
+    f.file.rename("newer\\g.txt", false).unwrap();
+    assert!(fx.root.join("newer/g.txt").exists());
+    f.file.unlink().unwrap();
+    assert!(!fx.root.join("newer/g.txt").exists());
+    assert_eq!(fx.quota.used(), 0);
+}
+
+#[test]
+fn windows_attribute_rules() {
+    let fx = fixture();
+    // No temporary directories.
+    let tmp_dir = CreateRequest {
+        options: co::DIRECTORY_FILE,
+        attributes: attr::TEMPORARY,
+        ..req("t", D::Create)
+    };
+    assert_eq!(
+        fx.fs.create(&tmp_dir).unwrap_err().nt_status(),
+        nt::INVALID_PARAMETER
+    );
+    let d = mkdir(&fx, "d");
+    let set = |a| BasicInfoChange {
+        attributes: Some(a),
+        ..Default::default()
+    };
+    assert_eq!(
+        d.file
+            .set_basic_info(&set(attr::TEMPORARY))
+            .unwrap_err()
+            .nt_status(),
+        nt::INVALID_PARAMETER
+    );
+    d.file
+        .set_basic_info(&set(attr::DIRECTORY | attr::HIDDEN))
+        .unwrap();
+    assert_eq!(
+        d.file.info().unwrap().attributes,
+        attr::DIRECTORY | attr::HIDDEN
+    );
+    // A file cannot be made a directory.
+    let f = open(&fx, "f", D::Create).unwrap();
+    assert_eq!(
+        f.file
+            .set_basic_info(&set(attr::DIRECTORY))
+            .unwrap_err()
+            .nt_status(),
+        nt::INVALID_PARAMETER
+    );
+    // Overwriting a hidden file must ask for HIDDEN.
+    f.file.set_basic_info(&set(attr::HIDDEN)).unwrap();
+    assert_eq!(
+        open(&fx, "f", D::OverwriteIf).unwrap_err(),
+        nt::ACCESS_DENIED
+    );
+    let keep = CreateRequest {
+        attributes: attr::HIDDEN,
+        ..req("f", D::OverwriteIf)
+    };
+    assert_eq!(
+        fx.fs.create(&keep).unwrap().info.attributes,
+        attr::HIDDEN | attr::ARCHIVE
+    );
+    // A read-only file may be created with write access, and written through that open.
+    let ro = CreateRequest {
+        attributes: attr::READONLY,
+        ..req("ro", D::Create)
+    };
+    let o = fx.fs.create(&ro).unwrap();
+    assert_eq!(o.info.attributes, attr::READONLY | attr::ARCHIVE);
+    o.file.write_at(0, b"x", false).unwrap();
+    assert_eq!(open(&fx, "ro", D::Open).unwrap_err(), nt::ACCESS_DENIED);
+    let attrs_only = CreateRequest {
+        write: false,
+        read: false,
+        ..req("ro", D::Open)
+    };
+    fx.fs.create(&attrs_only).unwrap();
+}
+
+#[test]
+fn racing_creates_of_one_directory_both_succeed() {
+    let fx = fixture();
+    let actions: Vec<CreateAction> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    let r = CreateRequest {
+                        options: co::DIRECTORY_FILE,
+                        ..req("dup", D::OpenIf)
+                    };
+                    fx.fs.create(&r).unwrap().action
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| **a == CreateAction::Created)
+            .count(),
+        1
+    );
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| **a == CreateAction::Opened)
+            .count(),
+        3
+    );
 }
