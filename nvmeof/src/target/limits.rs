@@ -16,6 +16,9 @@ pub const MAX_IO_QUEUES: u16 = 64;
 /// Write commands per queue that may hold an R2T buffer at once; the rest wait.
 /// Bounds a queue's write buffering to this many times [`MAX_TRANSFER`].
 pub const MAX_ACTIVE_R2T: usize = 16;
+/// Read/write buffer bytes a queue may have at the storage layer at once; further
+/// commands wait in order. With [`MAX_ACTIVE_R2T`] this bounds a queue's memory.
+pub const MAX_INFLIGHT_IO_BYTES: u64 = 16 * MAX_TRANSFER as u64;
 /// Outstanding AER commands (AERL + 1).
 pub const MAX_AER: usize = 4;
 /// Events queued before AERs collect them.

@@ -75,6 +75,8 @@ pub struct Queue {
     inflight: HashMap<u16, Cmd>,
     r2t_active: usize,
     r2t_waiting: VecDeque<u16>,
+    io_bytes: u64,
+    io_waiting: VecDeque<IoRequest>,
     next_ttag: u16,
     cfg_gen: u64,
     cfg: Arc<TargetConfig>,
@@ -104,6 +106,8 @@ impl Queue {
             inflight: HashMap::new(),
             r2t_active: 0,
             r2t_waiting: VecDeque::new(),
+            io_bytes: 0,
+            io_waiting: VecDeque::new(),
             next_ttag: 0,
             cfg_gen,
             cfg,
@@ -529,16 +533,35 @@ impl Queue {
             nvm_io::plan(ns, sqe, sqe.sgl().len)
         };
         match plan {
-            IoPlan::Run(op) => self.out.push_back(Output::Io(IoRequest {
-                cid,
-                device: ns.device.clone(),
-                counters: ns.counters.clone(),
-                op,
-            })),
+            IoPlan::Run(op) => {
+                self.io_waiting.push_back(IoRequest {
+                    cid,
+                    device: ns.device.clone(),
+                    counters: ns.counters.clone(),
+                    op,
+                });
+                self.pump_io();
+            }
             IoPlan::Complete(s) => self.respond(cid, s, 0, 0),
             IoPlan::NeedsData { .. } => {
                 self.respond(cid, Status::generic(sc::SGL_LENGTH_INVALID), 0, 0)
             }
+        }
+    }
+
+    /// Starts waiting storage operations while the queue's data budget allows; one
+    /// always runs so a single maximal command cannot stall.
+    fn pump_io(&mut self) {
+        while let Some(req) = self.io_waiting.front() {
+            let cost = io_cost(&req.op);
+            if self.io_bytes > 0 && self.io_bytes + cost > MAX_INFLIGHT_IO_BYTES {
+                return;
+            }
+            let Some(req) = self.io_waiting.pop_front() else {
+                return;
+            };
+            self.io_bytes += cost;
+            self.out.push_back(Output::Io(req));
         }
     }
 
@@ -547,6 +570,8 @@ impl Queue {
         if self.phase == Phase::Closed {
             return;
         }
+        self.io_bytes = self.io_bytes.saturating_sub(io_cost(&req.op));
+        self.pump_io();
         let k: &IoCounters = &req.counters;
         match result {
             Ok(IoOutcome::Read(data)) => {
@@ -721,6 +746,15 @@ impl Queue {
     /// Number of commands in flight (for tests and metrics).
     pub fn inflight(&self) -> usize {
         self.inflight.len()
+    }
+}
+
+/// Bytes of buffer an operation holds while it runs.
+fn io_cost(op: &BlockOp) -> u64 {
+    match op {
+        BlockOp::Read { len, .. } => u64::from(*len),
+        BlockOp::Write { data, .. } => data.len() as u64,
+        _ => 0,
     }
 }
 

@@ -648,3 +648,149 @@ fn discovery_log_lists_allowed_subsystems() {
     let c = h.resp(&identify(0, 1), &[]);
     assert_eq!(c.status(), Status::generic(sc::INVALID_FIELD));
 }
+
+#[test]
+fn sq_flow_control_disabled_uses_success_flag() {
+    let t = target();
+    let mut a = Host::new(&t);
+    a.icreq(Digests::NONE);
+    let cntlid = a.connect(0, 0xffff, HOSTNQN).dw0 as u16;
+    a.enable();
+    let mut io = Host::new(&t);
+    io.icreq(Digests::NONE);
+    let mut sqe = Sqe::new(admin_opc::FABRICS, 0x101);
+    sqe.set_fctype(FCTYPE_CONNECT);
+    ConnectCmd {
+        recfmt: 0,
+        qid: 1,
+        sqsize: 31,
+        cattr: 1 << 2,
+        kato: 0,
+    }
+    .write(&mut sqe);
+    sqe.set_sgl(Sgl {
+        addr: 0,
+        len: 1024,
+        id: SGL_ID_INCAPSULE,
+    });
+    let data = ConnectData {
+        hostid: HOSTID,
+        cntlid,
+        subnqn: NQN.into(),
+        hostnqn: HOSTNQN.into(),
+    }
+    .to_bytes();
+    assert!(io.resp(&sqe, &data).status().is_success());
+    let g = io.cmd(&rw(io_opc::READ, 5, 0, 2, 8192, false), &[]);
+    match &g[..] {
+        [Got::C2h {
+            cid: 5,
+            data,
+            flags,
+        }] => {
+            assert_eq!(data.len(), 8192);
+            assert_eq!(flags & (tcp::FLAG_SUCCESS | tcp::FLAG_LAST_PDU), 0x0c);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Errors still get a CapsuleResp.
+    let c = io.resp(&rw(io_opc::READ, 6, BLOCKS, 1, 4096, false), &[]);
+    assert_eq!(c.status(), Status::generic(sc::LBA_OUT_OF_RANGE));
+}
+
+#[test]
+fn storage_budget_bounds_inflight_reads() {
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    let t = Target::new(
+        config(None, vec![ns(1, dev)]),
+        TargetIdentity::default(),
+        None,
+    );
+    let (_a, mut io) = io_queue(&t, Digests::NONE);
+    let mut b = Vec::new();
+    for cid in 0..24u16 {
+        let sqe = rw(io_opc::READ, cid, u64::from(cid) * 256, 256, 1 << 20, false);
+        tcp::encode_capsule_cmd(&mut b, &sqe, &[], Digests::NONE, 0);
+    }
+    // Feed the PDUs without running storage: only the budget's worth is released.
+    let mut rest = &b[..];
+    while !rest.is_empty() {
+        let ctx = io.q.decode_context();
+        let n = frame_len(rest, &ctx).unwrap().unwrap();
+        let p = decode(&rest[..n], &ctx).unwrap();
+        io.q.handle_pdu(p, &[], 0);
+        rest = &rest[n..];
+    }
+    let mut reqs = Vec::new();
+    while let Some(o) = io.q.poll_output() {
+        match o {
+            Output::Io(r) => reqs.push(r),
+            other => panic!("{other:?}"),
+        }
+    }
+    let budget = (limits::MAX_INFLIGHT_IO_BYTES / u64::from(limits::MAX_TRANSFER)) as usize;
+    assert_eq!(reqs.len(), budget);
+    // Completing one releases exactly one more.
+    let r = reqs.remove(0);
+    let res = r.execute();
+    io.q.io_done(&r, res);
+    let mut released = 0;
+    while let Some(o) = io.q.poll_output() {
+        if let Output::Io(_) = o {
+            released += 1;
+        }
+    }
+    assert_eq!(released, 1);
+}
+
+#[test]
+fn features_number_of_queues_kato_and_write_cache() {
+    let t = target();
+    let mut a = Host::new(&t);
+    a.icreq(Digests::NONE);
+    a.connect(0, 0xffff, HOSTNQN);
+    a.enable();
+    let mut sf = Sqe::new(admin_opc::SET_FEATURES, 40);
+    sf.set_cdw(10, u32::from(crate::spec::fid::NUM_QUEUES));
+    sf.set_cdw(11, 500 | (500 << 16));
+    let c = a.resp(&sf, &[]);
+    let granted = u32::from(limits::MAX_IO_QUEUES - 1);
+    assert_eq!(c.dw0, granted | (granted << 16));
+    sf.set_cdw(10, u32::from(crate::spec::fid::KATO));
+    sf.set_cdw(11, 12_000);
+    assert!(a.resp(&sf, &[]).status().is_success());
+    let mut gf = Sqe::new(admin_opc::GET_FEATURES, 41);
+    gf.set_cdw(10, u32::from(crate::spec::fid::KATO));
+    assert_eq!(a.resp(&gf, &[]).dw0, 12_000);
+    sf.set_cdw(10, u32::from(crate::spec::fid::VOLATILE_WC));
+    sf.set_cdw(11, 0);
+    assert!(a.resp(&sf, &[]).status().is_success());
+    gf.set_cdw(10, u32::from(crate::spec::fid::VOLATILE_WC));
+    assert_eq!(a.resp(&gf, &[]).dw0, 0);
+    // Saveable is refused; unknown feature is an invalid field.
+    sf.set_cdw(10, u32::from(crate::spec::fid::KATO) | (1 << 31));
+    assert_eq!(
+        a.resp(&sf, &[]).status(),
+        Status::specific(sc::FEATURE_NOT_SAVEABLE)
+    );
+    gf.set_cdw(10, 0x7e);
+    assert_eq!(
+        a.resp(&gf, &[]).status(),
+        Status::generic(sc::INVALID_FIELD)
+    );
+    // SMART and firmware logs.
+    let mut lp = Sqe::new(admin_opc::GET_LOG_PAGE, 42);
+    lp.set_nsid(u32::MAX);
+    lp.set_cdw(10, 0x02 | (127 << 16));
+    transport_sgl(&mut lp, 512);
+    let (smart, _) = a.read_cmd(&lp);
+    assert_eq!(smart.len(), 512);
+    lp.set_cdw(10, 0x03 | (127 << 16));
+    let (fw, _) = a.read_cmd(&lp);
+    assert_eq!(fw[0], 1);
+    lp.set_cdw(10, 0x7f | (127 << 16));
+    assert_eq!(
+        a.resp(&lp, &[]).status(),
+        Status::specific(sc::INVALID_LOG_PAGE)
+    );
+}

@@ -19,6 +19,9 @@ use crate::tcp::{decode, frame_len, COMMON_HEADER_LEN};
 pub const TICK: Duration = Duration::from_millis(500);
 /// A connection that has not completed ICReq + Connect by then is closed.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// A host that does not take our PDUs for this long is dropped (it also stalls its
+/// own queue's keep-alive checks while we wait).
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Initial receive buffer per connection.
 const RECV_BUF: usize = 64 * 1024;
 /// Bytes of an offending PDU echoed in a termination request.
@@ -157,7 +160,16 @@ pub async fn connection(
         while let Some(o) = q.poll_output() {
             match o {
                 Output::Send(b) => {
-                    if let Err(e) = wr.write_all(&b).await {
+                    let r = tokio::time::timeout(WRITE_TIMEOUT, wr.write_all(&b)).await;
+                    let err = match r {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) => Some(e),
+                        Err(_) => Some(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "host stopped reading",
+                        )),
+                    };
+                    if let Some(e) = err {
                         q.on_disconnect();
                         return Err(e);
                     }
