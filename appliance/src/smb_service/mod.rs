@@ -1,10 +1,21 @@
-//! The SMB front end, wired to the appliance's state. (Being built: until the
-//! protocol engine lands here, connections are accepted and closed at once.)
+//! The SMB front end, wired to the appliance's state: the SMB server of `quarry-smb` gets its
+//! users and shares from the config database, its storage from the pool ([`posix_fs`]), and
+//! reports its sessions to the live-session registry.
 
+pub mod posix_fs;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use quarry_smb::server::{self, Backend, ServerConfig, SessionObserver, ShareConfig};
+use quarry_smb::vfs::{FsError, ShareFs};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::state::AppState;
+use crate::sessions::{Protocol, SessionGuard};
+use crate::state::{AppState, ConfigChange};
+use posix_fs::{PosixShareConfig, PosixShareFs};
 
 /// Serves SMB on `listener` until `shutdown` is cancelled.
 pub async fn run(
@@ -12,15 +23,145 @@ pub async fn run(
     state: AppState,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let _ = state;
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            accepted = listener.accept() => {
-                if let Ok((_, peer)) = accepted {
-                    tracing::warn!(%peer, "SMB connection refused: the SMB engine is not wired yet");
-                }
+    let backend = Arc::new(AppBackend {
+        state: state.clone(),
+        open_shares: Mutex::new(HashMap::new()),
+    });
+    // Share storage is cached per share; any share change drops the cache so a recreated or
+    // reconfigured share is reopened.
+    let mut changes = state.changes.subscribe();
+    let b = backend.clone();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                c = changes.recv() => match c {
+                    Ok(ConfigChange::Shares) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => b.forget_shares(),
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                },
             }
         }
+    });
+    server::serve(listener, backend, ServerConfig::new(), shutdown).await?;
+    Ok(())
+}
+
+/// The appliance as the SMB server's [`Backend`].
+struct AppBackend {
+    state: AppState,
+    open_shares: Mutex<HashMap<String, (bool, Arc<PosixShareFs>)>>,
+}
+
+impl AppBackend {
+    fn forget_shares(&self) {
+        self.open_shares
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+fn to_config(s: crate::db::model::Share) -> ShareConfig {
+    ShareConfig {
+        name: s.name,
+        comment: s.comment,
+        read_only: s.read_only,
+        encrypt: s.encrypt,
+        guest_ok: s.guest_ok,
+        users: s.users,
+    }
+}
+
+impl Backend for AppBackend {
+    fn nt_hash(&self, user: &str) -> Option<[u8; 16]> {
+        match self.state.db.smb_user(user) {
+            Ok(u) => u.map(|u| u.nt_hash),
+            Err(e) => {
+                tracing::error!(error = %e, "SMB user lookup failed");
+                None
+            }
+        }
+    }
+
+    fn share(&self, name: &str) -> Option<ShareConfig> {
+        match self.state.db.share(name) {
+            Ok(s) => s.map(to_config),
+            Err(e) => {
+                tracing::error!(error = %e, "share lookup failed");
+                None
+            }
+        }
+    }
+
+    fn shares(&self) -> Vec<ShareConfig> {
+        match self.state.db.shares() {
+            Ok(v) => v.into_iter().map(to_config).collect(),
+            Err(e) => {
+                tracing::error!(error = %e, "share list failed");
+                Vec::new()
+            }
+        }
+    }
+
+    fn share_fs(&self, name: &str) -> Result<Arc<dyn ShareFs>, FsError> {
+        let share = self
+            .state
+            .db
+            .share(name)
+            .map_err(|e| FsError::Io {
+                context: format!("share {name}"),
+                source: std::io::Error::other(e.to_string()),
+            })?
+            .ok_or_else(|| FsError::NotFound(name.to_string()))?;
+        let key = share.name.to_lowercase();
+        let mut cache = self.open_shares.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((ro, fs)) = cache.get(&key) {
+            if *ro == share.read_only {
+                return Ok(fs.clone());
+            }
+        }
+        let root = self.state.pool.share_root(&share.name);
+        let quota = self.state.pool.share_quota(&share.name);
+        let fs = Arc::new(PosixShareFs::open(
+            &root,
+            quota,
+            PosixShareConfig {
+                label: share.name.clone(),
+                read_only: share.read_only,
+            },
+        )?);
+        cache.insert(key, (share.read_only, fs.clone()));
+        Ok(fs)
+    }
+
+    fn session_started(&self, user: &str, peer: SocketAddr) -> Box<dyn SessionObserver> {
+        let (guard, cancel) =
+            self.state
+                .sessions
+                .register(Protocol::Smb, user.to_string(), peer, String::new());
+        Box::new(Observer { guard, cancel })
+    }
+}
+
+/// A live SMB session in the appliance's registry.
+struct Observer {
+    guard: SessionGuard,
+    cancel: CancellationToken,
+}
+
+impl SessionObserver for Observer {
+    fn add_read(&self, bytes: u64) {
+        self.guard.add_read(bytes);
+    }
+    fn add_written(&self, bytes: u64) {
+        self.guard.add_written(bytes);
+    }
+    fn set_target(&self, target: String) {
+        self.guard.set_target(target);
+    }
+    fn cancelled(&self) -> CancellationToken {
+        self.cancel.clone()
     }
 }

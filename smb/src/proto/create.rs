@@ -115,7 +115,8 @@ pub fn decode_create_contexts(buf: &[u8]) -> Result<Vec<CreateContext<'_>>, Prot
 }
 
 /// Appends create contexts (8-aligned, chained by Next) to `out`; returns (offset, length) of
-/// the chain measured from the start of `out` (which starts at the SMB2 header).
+/// the chain, the offset measured from the start of `out`. `out` must start 8-aligned with
+/// respect to the SMB2 header (callers add the header-relative base).
 pub fn encode_create_contexts(out: &mut Vec<u8>, contexts: &[(&[u8], Vec<u8>)]) -> (u32, u32) {
     if contexts.is_empty() {
         return (0, 0);
@@ -196,6 +197,7 @@ impl<'a> CreateRequest<'a> {
     /// Appends the body (tests, fuzz seeds); contexts are encoded with
     /// [`encode_create_contexts`].
     pub fn encode(&self, out: &mut Vec<u8>) {
+        let base = len_u32(out.len());
         out.put_u16(57);
         out.put_u8(0);
         out.put_u8(self.oplock_level);
@@ -222,7 +224,14 @@ impl<'a> CreateRequest<'a> {
             .map(|c| (c.name, c.data.to_vec()))
             .collect();
         let (off, len) = encode_create_contexts(out, &ctxs);
-        out.set_u32(ctx_at, off);
+        out.set_u32(
+            ctx_at,
+            if len == 0 {
+                0
+            } else {
+                off - base + HEADER_LEN as u32
+            },
+        );
         out.set_u32(ctx_at + 4, len);
     }
 }
@@ -245,6 +254,7 @@ pub struct CreateResponse {
 impl CreateResponse {
     /// Appends the body.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        let base = len_u32(out.len());
         out.put_u16(89);
         out.put_u8(self.oplock_level);
         out.put_u8(0);
@@ -264,7 +274,14 @@ impl CreateResponse {
             let ctxs: Vec<(&[u8], Vec<u8>)> =
                 self.contexts.iter().map(|(n, d)| (*n, d.clone())).collect();
             let (off, len) = encode_create_contexts(out, &ctxs);
-            out.set_u32(ctx_at, off);
+            out.set_u32(
+                ctx_at,
+                if len == 0 {
+                    0
+                } else {
+                    off - base + HEADER_LEN as u32
+                },
+            );
             out.set_u32(ctx_at + 4, len);
         }
     }

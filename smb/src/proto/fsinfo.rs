@@ -52,14 +52,31 @@ impl FsSize {
     }
 }
 
+/// Everything the file-system classes report about a share's volume.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FsFacts {
+    /// Capacity.
+    pub size: FsSize,
+    /// Volume label.
+    pub label: String,
+    /// Volume serial number.
+    pub serial: u32,
+    /// Volume creation time (FILETIME).
+    pub created: u64,
+    /// FileSystemAttributes.
+    pub fs_attributes: u32,
+    /// Longest component name.
+    pub max_name_len: u32,
+    /// File system name.
+    pub fs_name: String,
+}
+
 /// Encodes a file-system information class; `None` when unsupported.
-pub fn encode_fs_info(
-    class: u8,
-    size: &FsSize,
-    volume_label: &str,
-    serial: u32,
-    created: u64,
-) -> Option<Vec<u8>> {
+pub fn encode_fs_info(class: u8, facts: &FsFacts) -> Option<Vec<u8>> {
+    let size = &facts.size;
+    let volume_label = facts.label.as_str();
+    let serial = facts.serial;
+    let created = facts.created;
     let mut out = Vec::with_capacity(64);
     match class {
         FS_VOLUME => {
@@ -90,9 +107,9 @@ pub fn encode_fs_info(
             out.put_u32(FILE_DEVICE_IS_MOUNTED);
         }
         FS_ATTRIBUTE => {
-            let name = "NTFS";
-            out.put_u32(FS_ATTRIBUTES);
-            out.put_u32(MAX_COMPONENT_NAME);
+            let name = facts.fs_name.as_str();
+            out.put_u32(facts.fs_attributes);
+            out.put_u32(facts.max_name_len);
             out.put_u32(len_u32(utf16_len(name)));
             out.put_utf16(name);
         }
@@ -119,24 +136,28 @@ mod tests {
 
     #[test]
     fn sizes_follow_fscc() {
-        let s = FsSize {
-            total_bytes: 1 << 30,
-            free_bytes: 1 << 29,
-            block_size: 4096,
+        let mut f = FsFacts {
+            size: FsSize {
+                total_bytes: 1 << 30,
+                free_bytes: 1 << 29,
+                block_size: 4096,
+            },
+            label: "q".into(),
+            serial: 1,
+            fs_attributes: FS_ATTRIBUTES,
+            max_name_len: MAX_COMPONENT_NAME,
+            fs_name: "NTFS".into(),
+            ..Default::default()
         };
-        let full = encode_fs_info(FS_FULL_SIZE, &s, "q", 1, 0).unwrap();
+        let full = encode_fs_info(FS_FULL_SIZE, &f).unwrap();
         assert_eq!(full.len(), 32);
         assert_eq!(&full[0..8], &(262_144u64).to_le_bytes());
         assert_eq!(&full[24..28], &8u32.to_le_bytes());
-        assert_eq!(encode_fs_info(FS_SIZE, &s, "q", 1, 0).unwrap().len(), 24);
-        assert_eq!(
-            encode_fs_info(FS_SECTOR_SIZE, &s, "q", 1, 0).unwrap().len(),
-            28
-        );
-        assert_eq!(
-            encode_fs_info(FS_VOLUME, &s, "ab", 1, 0).unwrap().len(),
-            18 + 4
-        );
-        assert!(encode_fs_info(99, &s, "q", 1, 0).is_none());
+        assert_eq!(encode_fs_info(FS_SIZE, &f).unwrap().len(), 24);
+        assert_eq!(encode_fs_info(FS_SECTOR_SIZE, &f).unwrap().len(), 28);
+        assert_eq!(encode_fs_info(FS_ATTRIBUTE, &f).unwrap().len(), 12 + 8);
+        f.label = "ab".into();
+        assert_eq!(encode_fs_info(FS_VOLUME, &f).unwrap().len(), 18 + 4);
+        assert!(encode_fs_info(99, &f).is_none());
     }
 }

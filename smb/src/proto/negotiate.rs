@@ -246,6 +246,7 @@ impl NegotiateRequest {
 
     /// Appends the body (after a 64-byte header already in `out`); used by tests and fuzz seeds.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        let base = out.len();
         out.put_u16(36);
         out.put_u16(len_u16(self.dialects.len()));
         out.put_u16(self.security_mode);
@@ -259,7 +260,7 @@ impl NegotiateRequest {
         self.dialects.iter().for_each(|d| out.put_u16(*d));
         if !self.contexts.is_empty() {
             out.pad_to(8);
-            out.set_u32(off_at, len_u32(out.len()));
+            out.set_u32(off_at, len_u32(HEADER_LEN + out.len() - base));
             encode_contexts(out, &self.contexts);
         }
     }
@@ -295,6 +296,7 @@ pub struct NegotiateResponse {
 impl NegotiateResponse {
     /// Appends the body to `out`, which holds the 64-byte header already.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        let base = out.len();
         out.put_u16(65);
         out.put_u16(self.security_mode);
         out.put_u16(self.dialect);
@@ -322,7 +324,7 @@ impl NegotiateResponse {
         out.extend_from_slice(&self.security_buffer);
         if self.dialect == DIALECT_311 && !self.contexts.is_empty() {
             out.pad_to(8);
-            out.set_u32(ctx_off_at, len_u32(out.len()));
+            out.set_u32(ctx_off_at, len_u32(HEADER_LEN + out.len() - base));
             encode_contexts(out, &self.contexts);
         } else if self.security_buffer.is_empty() {
             // The fixed part is 65 bytes: one byte of the (empty) variable buffer.

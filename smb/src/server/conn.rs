@@ -1,0 +1,419 @@
+//! One SMB connection: direct-TCP framing, the SMB1 NEGOTIATE upgrade, decryption of
+//! transform-wrapped requests, compound splitting, credit and signature checks, and signing /
+//! sealing / framing of every response. Request semantics live in [`super::dispatch`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::crypto::PreauthHash;
+use crate::proto::framing::{frame_header, parse_frame_header, Frame, FRAME_HEADER_LEN};
+use crate::proto::header::{FLAG_SERVER_TO_REDIR, FLAG_SIGNED};
+use crate::proto::request::split_compound;
+use crate::proto::transform::{is_transform, TransformHeader, TRANSFORM_LEN};
+use crate::proto::{smb1, status, Command, FileId, Header, HEADER_LEN};
+
+use super::credits::CreditWindow;
+use super::dispatch::{self, Ctx, PreauthTarget, Reply};
+use super::state::{AuthState, ConnState};
+use super::{Backend, ServerConfig, AUTH_TIMEOUT, IDLE_TIMEOUT};
+
+/// Size of the socket read buffer.
+const READ_BUFFER: usize = 256 * 1024;
+
+/// Why a connection ended.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    /// Socket error.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// The peer broke the protocol badly enough that MS-SMB2 says to disconnect.
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+    /// Server shutdown or admin disconnect.
+    #[error("shut down")]
+    Shutdown,
+    /// No progress within the allowed time.
+    #[error("timed out")]
+    Timeout,
+}
+
+fn violation(what: impl Into<String>) -> ConnError {
+    ConnError::Protocol(what.into())
+}
+
+/// Reads one framed message; `Ok(None)` on a clean EOF.
+async fn read_frame<R: AsyncReadExt + Unpin>(rd: &mut R) -> Result<Option<Vec<u8>>, ConnError> {
+    loop {
+        let mut h = [0u8; FRAME_HEADER_LEN];
+        match rd.read_exact(&mut h).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+        match parse_frame_header(h).map_err(|e| violation(e.to_string()))? {
+            Frame::KeepAlive(n) => {
+                let mut skip = vec![0u8; n.min(16)];
+                rd.read_exact(&mut skip).await?;
+            }
+            Frame::Message(n) => {
+                let mut buf = vec![0u8; n];
+                rd.read_exact(&mut buf).await?;
+                return Ok(Some(buf));
+            }
+        }
+    }
+}
+
+/// Runs one connection to completion.
+pub async fn run_connection(
+    sock: TcpStream,
+    peer: SocketAddr,
+    backend: Arc<dyn Backend>,
+    config: Arc<ServerConfig>,
+    shutdown: CancellationToken,
+) -> Result<(), ConnError> {
+    let local = sock.local_addr()?;
+    let (rd, mut wr) = sock.into_split();
+    let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
+    let mut conn = Connection {
+        state: ConnState {
+            negotiated: None,
+            preauth: PreauthHash::new(),
+            credits: CreditWindow::new(),
+            sessions: Default::default(),
+            next_session_id: 1,
+            peer,
+            local,
+            smb1_seen: false,
+            next_file_id: 0,
+        },
+        backend,
+        config,
+        admin_cancel: CancellationToken::new(),
+        closed: CancellationToken::new(),
+    };
+    let _closed = conn.closed.clone().drop_guard();
+    loop {
+        let authed = conn.state.sessions.values().any(|s| s.is_valid());
+        let limit = if authed { IDLE_TIMEOUT } else { AUTH_TIMEOUT };
+        let frame = tokio::select! {
+            _ = shutdown.cancelled() => return Err(ConnError::Shutdown),
+            _ = conn.admin_cancel.cancelled() => return Err(ConnError::Shutdown),
+            r = tokio::time::timeout(limit, read_frame(&mut rd)) => match r {
+                Err(_) => return Err(ConnError::Timeout),
+                Ok(r) => r?,
+            },
+        };
+        let Some(frame) = frame else { return Ok(()) };
+        let out = conn.process(frame).await?;
+        if !out.is_empty() {
+            let mut framed = Vec::with_capacity(out.len() + FRAME_HEADER_LEN);
+            framed
+                .extend_from_slice(&frame_header(out.len()).map_err(|e| violation(e.to_string()))?);
+            framed.extend_from_slice(&out);
+            wr.write_all(&framed).await?;
+        }
+    }
+}
+
+/// A connection's state plus the shared server context.
+pub struct Connection {
+    /// Protocol state.
+    pub state: ConnState,
+    /// The appliance.
+    pub backend: Arc<dyn Backend>,
+    /// Settings.
+    pub config: Arc<ServerConfig>,
+    /// Cancelled when any of this connection's sessions is disconnected by an admin.
+    pub admin_cancel: CancellationToken,
+    /// Cancelled when the connection ends (stops helper tasks).
+    pub closed: CancellationToken,
+}
+
+/// Facts about one compound element carried to the next (related operations).
+#[derive(Clone, Copy, Default)]
+struct Chain {
+    session_id: u64,
+    tree_id: u32,
+    file_id: Option<FileId>,
+    status: u32,
+}
+
+impl Connection {
+    /// Processes one received frame; returns the response message (unframed), empty when
+    /// nothing is to be sent.
+    pub async fn process(&mut self, mut frame: Vec<u8>) -> Result<Vec<u8>, ConnError> {
+        if smb1::is_smb1(&frame) {
+            return self.smb1_negotiate(&frame);
+        }
+        let mut encrypted_by: Option<u64> = None;
+        let plain: Vec<u8> = if is_transform(&frame) {
+            let th = TransformHeader::decode(&frame).map_err(|e| violation(e.to_string()))?;
+            let session = self
+                .state
+                .sessions
+                .get(&th.session_id)
+                .ok_or_else(|| violation("transform header names an unknown session"))?;
+            let key = session
+                .decrypt_key
+                .as_ref()
+                .ok_or_else(|| violation("session has no decryption key"))?;
+            let (hdr, body) = frame.split_at_mut(TRANSFORM_LEN);
+            key.open(hdr, body).map_err(|e| violation(e.to_string()))?;
+            encrypted_by = Some(th.session_id);
+            frame.split_off(TRANSFORM_LEN)
+        } else {
+            frame
+        };
+        if plain.len() < HEADER_LEN {
+            return Err(violation("message shorter than an SMB2 header"));
+        }
+        let elements = split_compound(&plain).map_err(|e| violation(e.to_string()))?;
+        let mut responses: Vec<(Vec<u8>, u64, bool)> = Vec::with_capacity(elements.len());
+        let mut chain = Chain::default();
+        let mut encrypt_response = encrypted_by;
+        for (i, element) in elements.iter().enumerate() {
+            let hdr = Header::decode(element).map_err(|e| violation(e.to_string()))?;
+            if hdr.flags & FLAG_SERVER_TO_REDIR != 0 {
+                return Err(violation("response received by the server"));
+            }
+            if hdr.command() == Some(Command::Cancel) {
+                // No async operations are outstanding in this version: nothing to cancel and
+                // CANCEL never gets a response (MS-SMB2 3.3.5.16).
+                continue;
+            }
+            if let Err(e) = self
+                .state
+                .credits
+                .consume(hdr.message_id, hdr.credit_charge)
+            {
+                return Err(violation(e.to_string()));
+            }
+            let related = i > 0 && hdr.is_related();
+            let mut session_id = hdr.session_id;
+            let mut tree_id = hdr.tree_id;
+            if related {
+                session_id = chain.session_id;
+                tree_id = chain.tree_id;
+            }
+            let (reply, signed_req) = self
+                .one_request(
+                    &hdr,
+                    element,
+                    session_id,
+                    tree_id,
+                    related,
+                    &chain,
+                    encrypted_by,
+                )
+                .await;
+            let mut rh = hdr.response(reply.status);
+            rh.session_id = reply.session_id.unwrap_or(session_id);
+            rh.tree_id = reply.tree_id.unwrap_or(tree_id);
+            rh.credits = self.state.credits.grant(hdr.credits, hdr.credit_charge);
+            chain = Chain {
+                session_id: rh.session_id,
+                tree_id: rh.tree_id,
+                file_id: reply.file_id.or(if related { chain.file_id } else { None }),
+                status: reply.status,
+            };
+            let mut msg = Vec::with_capacity(HEADER_LEN + reply.body.len());
+            rh.encode(&mut msg);
+            msg.extend_from_slice(&reply.body);
+            match reply.preauth {
+                Some(PreauthTarget::Connection) => self.state.preauth.update(&msg),
+                Some(PreauthTarget::Session(sid)) => {
+                    if let Some(AuthState::InProgress { preauth, .. }) =
+                        self.state.sessions.get_mut(&sid).map(|s| &mut s.auth)
+                    {
+                        preauth.update(&msg);
+                    }
+                }
+                None => {}
+            }
+            if reply.encrypt && encrypt_response.is_none() {
+                encrypt_response = Some(rh.session_id);
+            }
+            let sign =
+                signed_req || reply.force_sign || self.session_requires_signing(rh.session_id);
+            responses.push((msg, rh.session_id, sign && reply.status != status::PENDING));
+            if reply.disconnect {
+                return Err(violation("disconnect requested by handler"));
+            }
+        }
+        let out = self.finish(responses, encrypt_response)?;
+        self.state
+            .sessions
+            .retain(|_, s| !matches!(s.auth, AuthState::Expired));
+        Ok(out)
+    }
+
+    fn session_requires_signing(&self, session_id: u64) -> bool {
+        self.state
+            .sessions
+            .get(&session_id)
+            .is_some_and(|s| s.is_valid() && s.signing_required)
+    }
+
+    /// Checks and dispatches one request element. Returns the reply and whether the request
+    /// was (validly) signed.
+    #[allow(clippy::too_many_arguments)]
+    async fn one_request(
+        &mut self,
+        hdr: &Header,
+        element: &[u8],
+        session_id: u64,
+        tree_id: u32,
+        related: bool,
+        chain: &Chain,
+        encrypted_by: Option<u64>,
+    ) -> (Reply, bool) {
+        if related && chain.status != status::SUCCESS {
+            // A related request after a failure fails the same way (MS-SMB2 3.3.5.2.7.2).
+            return (Reply::error(chain.status), false);
+        }
+        let cmd = hdr.command();
+        let mut signed = false;
+        let needs_session = !matches!(
+            cmd,
+            Some(Command::Negotiate) | Some(Command::SessionSetup) | Some(Command::Echo)
+        );
+        if let Some(session) = self.state.sessions.get(&session_id) {
+            let encrypted = encrypted_by == Some(session_id);
+            if session.is_valid() && !encrypted {
+                if hdr.is_signed() {
+                    let ok = session
+                        .signing_key
+                        .as_ref()
+                        .is_some_and(|k| k.verify(element).is_ok());
+                    if !ok {
+                        tracing::debug!(session_id, "bad signature");
+                        return (Reply::error(status::ACCESS_DENIED), false);
+                    }
+                    signed = true;
+                } else if session.signing_required && cmd != Some(Command::SessionSetup) {
+                    return (Reply::error(status::ACCESS_DENIED), false);
+                }
+                if session.encrypt_data && needs_session {
+                    return (Reply::error(status::ACCESS_DENIED), false);
+                }
+            }
+            if session.is_valid() && !encrypted && needs_session {
+                if let Some(t) = session.trees.get(&tree_id) {
+                    if t.encrypt && cmd != Some(Command::TreeConnect) {
+                        return (Reply::error(status::ACCESS_DENIED), signed);
+                    }
+                }
+            }
+        } else if needs_session {
+            if self.state.negotiated.is_none() {
+                return (Reply::error(status::INVALID_PARAMETER), false);
+            }
+            return (Reply::error(status::USER_SESSION_DELETED), false);
+        }
+        if needs_session {
+            match self.state.sessions.get(&session_id) {
+                Some(s) if s.is_valid() => {}
+                Some(s) if matches!(s.auth, AuthState::Expired) => {
+                    return (Reply::error(status::USER_SESSION_DELETED), signed)
+                }
+                _ => return (Reply::error(status::USER_SESSION_DELETED), signed),
+            }
+        }
+        let mut ctx = Ctx {
+            hdr,
+            msg: element,
+            session_id,
+            tree_id,
+            related_file_id: if related { chain.file_id } else { None },
+            encrypted: encrypted_by.is_some(),
+        };
+        let reply = dispatch::dispatch(self, &mut ctx).await;
+        (reply, signed)
+    }
+
+    /// Signs each response element, joins a compound, and seals it when needed.
+    fn finish(
+        &mut self,
+        responses: Vec<(Vec<u8>, u64, bool)>,
+        encrypt_for: Option<u64>,
+    ) -> Result<Vec<u8>, ConnError> {
+        let n = responses.len();
+        let mut out = Vec::new();
+        for (i, (mut msg, session_id, sign)) in responses.into_iter().enumerate() {
+            let last = i + 1 == n;
+            if !last {
+                let padded = msg.len().next_multiple_of(8);
+                msg.resize(padded, 0);
+                let next = u32::try_from(padded).map_err(|_| violation("response too large"))?;
+                msg[20..24].copy_from_slice(&next.to_le_bytes());
+            }
+            let encrypting = encrypt_for.is_some_and(|sid| {
+                self.state
+                    .sessions
+                    .get(&sid)
+                    .is_some_and(|s| s.encrypt_key.is_some())
+            });
+            if sign && !encrypting {
+                if let Some(key) = self
+                    .state
+                    .sessions
+                    .get(&session_id)
+                    .and_then(|s| s.signing_key.as_ref())
+                {
+                    let flags =
+                        u32::from_le_bytes([msg[16], msg[17], msg[18], msg[19]]) | FLAG_SIGNED;
+                    msg[16..20].copy_from_slice(&flags.to_le_bytes());
+                    key.sign(&mut msg).map_err(|e| violation(e.to_string()))?;
+                }
+            }
+            out.extend_from_slice(&msg);
+        }
+        if let Some(sid) = encrypt_for {
+            if let Some(session) = self.state.sessions.get_mut(&sid) {
+                let nonce = session.next_nonce();
+                if let Some(key) = session.encrypt_key.as_ref() {
+                    let mut th = vec![0u8; TRANSFORM_LEN];
+                    key.seal(&mut th, &nonce, sid, &mut out)
+                        .map_err(|e| violation(e.to_string()))?;
+                    th.extend_from_slice(&out);
+                    return Ok(th);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Answers an SMB1 NEGOTIATE that offers SMB2 with the wildcard upgrade (MS-SMB2 3.3.5.3.1).
+    fn smb1_negotiate(&mut self, frame: &[u8]) -> Result<Vec<u8>, ConnError> {
+        if self.state.smb1_seen || self.state.negotiated.is_some() {
+            return Err(violation("SMB1 message after negotiation"));
+        }
+        self.state.smb1_seen = true;
+        let upgrade = smb1::parse_negotiate(frame).map_err(|e| violation(e.to_string()))?;
+        let dialect = match upgrade {
+            smb1::Smb1Upgrade::Wildcard => crate::proto::negotiate::DIALECT_WILDCARD,
+            smb1::Smb1Upgrade::Smb202 => crate::proto::negotiate::DIALECT_202,
+            smb1::Smb1Upgrade::None => return Err(violation("SMB1-only client")),
+        };
+        self.state
+            .credits
+            .consume(0, 1)
+            .map_err(|e| violation(e.to_string()))?;
+        let body = super::handlers::negotiate::smb1_upgrade_response(self, dialect);
+        let mut rh = Header {
+            command: Command::Negotiate as u16,
+            flags: FLAG_SERVER_TO_REDIR,
+            ..Default::default()
+        };
+        rh.credits = self.state.credits.grant(1, 1);
+        let mut msg = Vec::new();
+        rh.encode(&mut msg);
+        msg.extend_from_slice(&body);
+        Ok(msg)
+    }
+}

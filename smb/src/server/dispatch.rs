@@ -1,0 +1,150 @@
+//! Routes each decoded request to its handler module (one per command family) and defines the
+//! [`Reply`] every handler returns.
+
+use crate::proto::io::encode_error_response;
+use crate::proto::{status, FileId, Header, ProtoError, Request};
+
+use super::conn::Connection;
+use super::handlers;
+
+/// Which preauth hash a message must be folded into after it is encoded (3.1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreauthTarget {
+    /// The connection's (NEGOTIATE).
+    Connection,
+    /// A session's (SESSION_SETUP legs before the last).
+    Session(u64),
+}
+
+/// What a handler answers.
+#[derive(Debug, Default)]
+pub struct Reply {
+    /// NTSTATUS.
+    pub status: u32,
+    /// Body after the header.
+    pub body: Vec<u8>,
+    /// SessionId to put in the header (SESSION_SETUP assigns one).
+    pub session_id: Option<u64>,
+    /// TreeId to put in the header (TREE_CONNECT assigns one).
+    pub tree_id: Option<u32>,
+    /// FileId created, for related compound requests that follow.
+    pub file_id: Option<FileId>,
+    /// Sign even though the request was not (final SESSION_SETUP).
+    pub force_sign: bool,
+    /// Encrypt this response (and the rest of the compound).
+    pub encrypt: bool,
+    /// Fold the encoded response into a preauth hash.
+    pub preauth: Option<PreauthTarget>,
+    /// End the connection after sending nothing more.
+    pub disconnect: bool,
+}
+
+impl Reply {
+    /// A success reply with `body`.
+    pub fn ok(body: Vec<u8>) -> Self {
+        Self {
+            status: status::SUCCESS,
+            body,
+            ..Default::default()
+        }
+    }
+
+    /// An error reply with the standard 9-byte error body.
+    pub fn error(status: u32) -> Self {
+        let mut body = Vec::with_capacity(9);
+        encode_error_response(&mut body);
+        Self {
+            status,
+            body,
+            ..Default::default()
+        }
+    }
+
+    /// A reply with a status and a body (warnings like BUFFER_OVERFLOW carry data).
+    pub fn with_status(status: u32, body: Vec<u8>) -> Self {
+        Self {
+            status,
+            body,
+            ..Default::default()
+        }
+    }
+}
+
+/// Handler result: `Err(status)` becomes an error reply.
+pub type HResult = Result<Reply, u32>;
+
+/// The request being handled.
+pub struct Ctx<'a> {
+    /// Its header.
+    pub hdr: &'a Header,
+    /// The whole element (header included).
+    pub msg: &'a [u8],
+    /// Effective SessionId (related requests inherit it).
+    pub session_id: u64,
+    /// Effective TreeId.
+    pub tree_id: u32,
+    /// FileId to use for ALL_ONES handles in a related request.
+    pub related_file_id: Option<FileId>,
+    /// The request arrived encrypted.
+    pub encrypted: bool,
+}
+
+impl Ctx<'_> {
+    /// Substitutes the related compound's handle for an all-ones FileId.
+    pub fn resolve(&self, id: FileId) -> FileId {
+        if id == FileId::ALL_ONES {
+            self.related_file_id.unwrap_or(id)
+        } else {
+            id
+        }
+    }
+}
+
+fn decode_status(e: &ProtoError) -> u32 {
+    match e {
+        ProtoError::Unsupported(_) => status::NOT_SUPPORTED,
+        _ => status::INVALID_PARAMETER,
+    }
+}
+
+/// Decodes and handles one request.
+pub async fn dispatch(conn: &mut Connection, ctx: &mut Ctx<'_>) -> Reply {
+    let req = match Request::decode(ctx.hdr, ctx.msg) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(command = ctx.hdr.command, error = %e, "undecodable request");
+            return Reply::error(decode_status(&e));
+        }
+    };
+    if conn.state.negotiated.is_none() && !matches!(req, Request::Negotiate(_)) {
+        return Reply {
+            disconnect: true,
+            ..Reply::error(status::INVALID_PARAMETER)
+        };
+    }
+    let r = match req {
+        Request::Negotiate(r) => handlers::negotiate::negotiate(conn, ctx, r),
+        Request::SessionSetup(r) => handlers::session::session_setup(conn, ctx, r).await,
+        Request::Logoff => handlers::session::logoff(conn, ctx),
+        Request::TreeConnect(r) => handlers::tree::tree_connect(conn, ctx, r).await,
+        Request::TreeDisconnect => handlers::tree::tree_disconnect(conn, ctx).await,
+        Request::Create(r) => handlers::create::create(conn, ctx, r).await,
+        Request::Close(r) => handlers::create::close(conn, ctx, r).await,
+        Request::Flush(id) => handlers::io::flush(conn, ctx, id).await,
+        Request::Read(r) => handlers::io::read(conn, ctx, r).await,
+        Request::Write(r) => handlers::io::write(conn, ctx, r).await,
+        Request::Lock(r) => handlers::io::lock(conn, ctx, r),
+        Request::Ioctl(r) => handlers::ioctl::ioctl(conn, ctx, r).await,
+        Request::Cancel => Err(status::INVALID_PARAMETER),
+        Request::Echo => {
+            let mut b = Vec::new();
+            crate::proto::session::encode_empty_response(&mut b);
+            Ok(Reply::ok(b))
+        }
+        Request::QueryDirectory(r) => handlers::dir::query_directory(conn, ctx, r).await,
+        Request::ChangeNotify(_) => Err(status::NOT_SUPPORTED),
+        Request::QueryInfo(r) => handlers::info::query_info(conn, ctx, r).await,
+        Request::SetInfo(r) => handlers::info::set_info(conn, ctx, r).await,
+    };
+    r.unwrap_or_else(Reply::error)
+}

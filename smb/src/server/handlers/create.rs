@@ -1,0 +1,270 @@
+//! CREATE and CLOSE (MS-SMB2 3.3.5.9, 3.3.5.10): access mapping, read-only shares,
+//! delete-on-close, MxAc/QFid create contexts, named pipes on IPC$.
+
+use crate::proto::create::{
+    encode_close_response, mxac_response, qfid_response, CloseRequest, CreateRequest,
+    CreateResponse, CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_MXAC, CTX_QFID, FILE_DELETE_ON_CLOSE,
+    FILE_OPENED,
+};
+use crate::proto::{status, FileAttrs, FileId, ATTR_NORMAL};
+use crate::vfs::{self, CreateDisposition};
+
+use super::tree::{ACCESS_ALL, ACCESS_READ};
+use super::{attrs_of, blocking};
+use crate::server::conn::Connection;
+use crate::server::dispatch::{Ctx, HResult, Reply};
+use crate::server::state::{Open, PipeState, TreeKind};
+use crate::server::MAX_OPENS_PER_SESSION;
+
+/// FILE_READ_DATA.
+pub const FILE_READ_DATA: u32 = 0x0000_0001;
+/// FILE_WRITE_DATA.
+pub const FILE_WRITE_DATA: u32 = 0x0000_0002;
+/// FILE_APPEND_DATA.
+pub const FILE_APPEND_DATA: u32 = 0x0000_0004;
+/// FILE_EXECUTE.
+pub const FILE_EXECUTE: u32 = 0x0000_0020;
+/// DELETE.
+pub const DELETE: u32 = 0x0001_0000;
+/// MAXIMUM_ALLOWED.
+pub const MAXIMUM_ALLOWED: u32 = 0x0200_0000;
+/// Bits that modify a file or its metadata.
+pub const WRITE_BITS: u32 = 0x0000_0002
+    | 0x0000_0004
+    | 0x0000_0010
+    | 0x0000_0040
+    | 0x0000_0100
+    | DELETE
+    | 0x0004_0000
+    | 0x0008_0000;
+/// Named pipes served on IPC$.
+const PIPES: [&str; 1] = ["srvsvc"];
+
+/// Expands GENERIC_* and MAXIMUM_ALLOWED bits (MS-SMB2 3.3.5.9, MS-DTYP 2.4.3).
+pub fn map_access(desired: u32, maximal: u32) -> u32 {
+    let mut a = desired & 0x01FF_FFFF & !MAXIMUM_ALLOWED;
+    if desired & MAXIMUM_ALLOWED != 0 {
+        a |= maximal;
+    }
+    if desired & 0x8000_0000 != 0 {
+        a |= 0x0012_0089;
+    }
+    if desired & 0x4000_0000 != 0 {
+        a |= 0x0012_0116;
+    }
+    if desired & 0x2000_0000 != 0 {
+        a |= 0x0012_00A0;
+    }
+    if desired & 0x1000_0000 != 0 {
+        a |= maximal;
+    }
+    a
+}
+
+fn new_file_id(conn: &mut Connection) -> FileId {
+    conn.state.next_file_id += 1;
+    FileId {
+        persistent: conn.state.next_file_id,
+        volatile: conn.state.next_file_id,
+    }
+}
+
+/// Handles CREATE.
+pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest<'_>) -> HResult {
+    let (fs, read_only) = {
+        let s = super::session(conn, ctx)?;
+        if s.opens.len() >= MAX_OPENS_PER_SESSION {
+            return Err(status::INSUFFICIENT_RESOURCES);
+        }
+        let t = s
+            .trees
+            .get(&ctx.tree_id)
+            .ok_or(status::NETWORK_NAME_DELETED)?;
+        match &t.kind {
+            TreeKind::Ipc => None,
+            TreeKind::Disk { fs, read_only } => Some((fs.clone(), *read_only)),
+        }
+    }
+    .map_or((None, false), |(f, r)| (Some(f), r));
+    let Some(fs) = fs else {
+        return open_pipe(conn, ctx, &req);
+    };
+    if req.name.starts_with('\\') {
+        return Err(status::INVALID_PARAMETER);
+    }
+    let disposition =
+        CreateDisposition::from_wire(req.create_disposition).ok_or(status::INVALID_PARAMETER)?;
+    let maximal = if read_only { ACCESS_READ } else { ACCESS_ALL };
+    let access = map_access(req.desired_access, maximal);
+    let delete_on_close = req.create_options & FILE_DELETE_ON_CLOSE != 0;
+    if delete_on_close && access & DELETE == 0 {
+        return Err(status::ACCESS_DENIED);
+    }
+    let truncates = matches!(
+        disposition,
+        CreateDisposition::Overwrite
+            | CreateDisposition::OverwriteIf
+            | CreateDisposition::Supersede
+    );
+    if read_only
+        && (access & WRITE_BITS != 0
+            || disposition.may_create() && disposition != CreateDisposition::OpenIf
+            || truncates
+            || delete_on_close)
+    {
+        return Err(status::ACCESS_DENIED);
+    }
+    let path = req.name.clone();
+    let options = req.create_options;
+    let attributes = req.file_attributes;
+    let write = access & (FILE_WRITE_DATA | FILE_APPEND_DATA) != 0 || truncates;
+    let read = access & (FILE_READ_DATA | FILE_EXECUTE) != 0;
+    let ro = read_only;
+    let opened = blocking(move || {
+        let disp = if ro && disposition == CreateDisposition::OpenIf {
+            CreateDisposition::Open
+        } else {
+            disposition
+        };
+        let r = vfs::CreateRequest {
+            path: &path,
+            disposition: disp,
+            options,
+            attributes,
+            write,
+            read,
+            allocation_size: 0,
+        };
+        let o = fs.create(&r)?;
+        if delete_on_close {
+            if let Err(e) = o.file.check_deletable() {
+                if !matches!(e, vfs::FsError::NotEmpty) {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(o)
+    })
+    .await?;
+    let file_id = new_file_id(conn);
+    let mut contexts: Vec<(&'static [u8], Vec<u8>)> = Vec::new();
+    if req.context(CTX_MXAC).is_some() {
+        contexts.push((CTX_MXAC, mxac_response(status::SUCCESS, maximal)));
+    }
+    if req.context(CTX_QFID).is_some() {
+        contexts.push((CTX_QFID, qfid_response(opened.info.file_id, 0)));
+    }
+    let resp = CreateResponse {
+        oplock_level: 0,
+        create_action: opened.action.to_wire(),
+        attrs: attrs_of(&opened.info),
+        file_id,
+        contexts,
+    };
+    let open = Open {
+        file_id,
+        tree_id: ctx.tree_id,
+        file: Some(std::sync::Arc::from(opened.file)),
+        pipe: None,
+        access,
+        is_dir: opened.info.is_dir,
+        inode: opened.info.file_id,
+        delete_on_close,
+        cursor: None,
+        cursor_done: false,
+        pattern: String::new(),
+        position: 0,
+        mode: options & 0x0000_0002,
+        path: req.name.clone(),
+    };
+    super::session(conn, ctx)?
+        .opens
+        .insert(file_id.volatile, open);
+    let mut body = Vec::with_capacity(160);
+    resp.encode(&mut body);
+    Ok(Reply {
+        file_id: Some(file_id),
+        ..Reply::ok(body)
+    })
+}
+
+fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest<'_>) -> HResult {
+    let name = req.name.trim_start_matches('\\').to_ascii_lowercase();
+    if !PIPES.contains(&name.as_str()) {
+        return Err(status::OBJECT_NAME_NOT_FOUND);
+    }
+    let file_id = new_file_id(conn);
+    let attrs = FileAttrs {
+        attributes: ATTR_NORMAL,
+        ..Default::default()
+    };
+    let resp = CreateResponse {
+        oplock_level: 0,
+        create_action: FILE_OPENED,
+        attrs,
+        file_id,
+        contexts: Vec::new(),
+    };
+    let open = Open {
+        file_id,
+        tree_id: ctx.tree_id,
+        file: None,
+        pipe: Some(PipeState {
+            name,
+            pending: Vec::new(),
+        }),
+        access: req.desired_access,
+        is_dir: false,
+        inode: 0,
+        delete_on_close: false,
+        cursor: None,
+        cursor_done: false,
+        pattern: String::new(),
+        position: 0,
+        mode: 0,
+        path: req.name.clone(),
+    };
+    super::session(conn, ctx)?
+        .opens
+        .insert(file_id.volatile, open);
+    let mut body = Vec::with_capacity(96);
+    resp.encode(&mut body);
+    Ok(Reply {
+        file_id: Some(file_id),
+        ..Reply::ok(body)
+    })
+}
+
+/// Releases an open: runs a pending delete-on-close.
+pub async fn close_open(o: Open) -> Result<(), u32> {
+    if o.delete_on_close {
+        if let Some(f) = o.file {
+            blocking(move || f.unlink()).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Handles CLOSE.
+pub async fn close(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CloseRequest) -> HResult {
+    let id = ctx.resolve(req.file_id);
+    super::open(conn, ctx, id)?;
+    let open = super::session(conn, ctx)?
+        .opens
+        .remove(&id.volatile)
+        .ok_or(status::FILE_CLOSED)?;
+    let post = if req.flags & CLOSE_FLAG_POSTQUERY_ATTRIB != 0 && !open.delete_on_close {
+        match open.file.clone() {
+            Some(f) => blocking(move || f.info()).await.ok().map(|i| attrs_of(&i)),
+            None => None,
+        }
+    } else {
+        None
+    };
+    if let Err(st) = close_open(open).await {
+        tracing::debug!(status = st, "delete on close failed");
+    }
+    let mut body = Vec::with_capacity(60);
+    encode_close_response(&mut body, post.as_ref());
+    Ok(Reply::ok(body))
+}

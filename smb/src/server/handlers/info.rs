@@ -1,0 +1,174 @@
+//! QUERY_INFO and SET_INFO (MS-SMB2 3.3.5.20, 3.3.5.21): file and file-system classes through
+//! the storage trait.
+
+use crate::proto::fsinfo::{encode_fs_info, FsFacts, FsSize};
+use crate::proto::info::{
+    class, decode_disposition, decode_disposition_ex, decode_u64_info, encode_file_info,
+    encode_set_info_response, min_output_len, BasicInfo, OpenFacts, QueryInfoRequest, RenameInfo,
+    SetInfoRequest, DISPOSITION_EX_DELETE, INFO_FILE, INFO_FILESYSTEM, MAX_QUERY_INFO_OUTPUT,
+};
+use crate::proto::io::encode_buffer_response;
+use crate::proto::status;
+use crate::vfs::BasicInfoChange;
+
+use super::create::{DELETE, FILE_APPEND_DATA, FILE_WRITE_DATA};
+use super::{attrs_of, blocking, file_of};
+use crate::server::conn::Connection;
+use crate::server::dispatch::{Ctx, HResult, Reply};
+use crate::server::state::TreeKind;
+
+/// FILE_WRITE_ATTRIBUTES.
+const FILE_WRITE_ATTRIBUTES: u32 = 0x0000_0100;
+
+fn finish_output(data: Vec<u8>, max: u32, min: usize) -> HResult {
+    let max = usize::try_from(max.min(MAX_QUERY_INFO_OUTPUT)).unwrap_or(0);
+    if max < min {
+        return Err(status::INFO_LENGTH_MISMATCH);
+    }
+    let mut body = Vec::with_capacity(data.len().min(max) + 8);
+    if data.len() > max {
+        encode_buffer_response(&mut body, &data[..max]);
+        return Ok(Reply::with_status(status::BUFFER_OVERFLOW, body));
+    }
+    encode_buffer_response(&mut body, &data);
+    Ok(Reply::ok(body))
+}
+
+/// Handles QUERY_INFO.
+pub async fn query_info(
+    conn: &mut Connection,
+    ctx: &mut Ctx<'_>,
+    req: QueryInfoRequest<'_>,
+) -> HResult {
+    match req.info_type {
+        INFO_FILE => {
+            let open = super::open(conn, ctx, req.file_id)?;
+            let f = file_of(open)?;
+            let mut facts = OpenFacts {
+                delete_pending: open.delete_on_close,
+                directory: open.is_dir,
+                access: open.access,
+                position: open.position,
+                mode: open.mode,
+                ..Default::default()
+            };
+            let (info, path) = blocking(move || Ok((f.info()?, f.path()))).await?;
+            facts.file_index = info.file_id;
+            facts.links = info.nlink;
+            facts.name = format!("\\{path}");
+            let data = encode_file_info(req.class, &attrs_of(&info), &facts)
+                .ok_or(status::INVALID_INFO_CLASS)?;
+            finish_output(data, req.output_buffer_length, min_output_len(req.class))
+        }
+        INFO_FILESYSTEM => {
+            super::open(conn, ctx, req.file_id)?;
+            let fs = match &super::tree(conn, ctx)?.kind {
+                TreeKind::Disk { fs, .. } => fs.clone(),
+                TreeKind::Ipc => return Err(status::INVALID_DEVICE_REQUEST),
+            };
+            let i = blocking(move || fs.fs_info()).await?;
+            let facts = FsFacts {
+                size: FsSize {
+                    total_bytes: i.total_bytes,
+                    free_bytes: i.free_bytes,
+                    block_size: i.bytes_per_sector.saturating_mul(i.sectors_per_unit),
+                },
+                label: i.label,
+                serial: i.serial,
+                created: i.created,
+                fs_attributes: i.fs_attributes,
+                max_name_len: i.max_name_len,
+                fs_name: i.fs_name,
+            };
+            let data = encode_fs_info(req.class, &facts).ok_or(status::INVALID_INFO_CLASS)?;
+            finish_output(data, req.output_buffer_length, 0)
+        }
+        _ => Err(status::NOT_SUPPORTED),
+    }
+}
+
+fn time_change(t: u64) -> Option<u64> {
+    (t != 0 && t != u64::MAX).then_some(t)
+}
+
+/// Handles SET_INFO.
+pub async fn set_info(
+    conn: &mut Connection,
+    ctx: &mut Ctx<'_>,
+    req: SetInfoRequest<'_>,
+) -> HResult {
+    if req.info_type != INFO_FILE {
+        return Err(status::NOT_SUPPORTED);
+    }
+    let open = super::open(conn, ctx, req.file_id)?;
+    let f = file_of(open)?;
+    let access = open.access;
+    let need = |bits: u32| {
+        if access & bits == 0 {
+            Err(status::ACCESS_DENIED)
+        } else {
+            Ok(())
+        }
+    };
+    let bad = |_| status::INVALID_PARAMETER;
+    match req.class {
+        class::BASIC => {
+            need(FILE_WRITE_ATTRIBUTES)?;
+            let b = BasicInfo::decode(req.buffer).map_err(bad)?;
+            let change = BasicInfoChange {
+                creation_time: time_change(b.creation_time),
+                last_access_time: time_change(b.last_access_time),
+                last_write_time: time_change(b.last_write_time),
+                change_time: time_change(b.change_time),
+                attributes: (b.attributes != 0).then_some(b.attributes),
+            };
+            blocking(move || f.set_basic_info(&change)).await?;
+        }
+        class::RENAME | class::RENAME_EX => {
+            need(DELETE)?;
+            let r = RenameInfo::decode(req.buffer).map_err(bad)?;
+            let target = r.file_name.trim_start_matches('\\').to_string();
+            let t2 = target.clone();
+            blocking(move || f.rename(&t2, r.replace_if_exists)).await?;
+            if let Ok(o) = super::open(conn, ctx, req.file_id) {
+                o.path = target;
+            }
+        }
+        class::DISPOSITION | class::DISPOSITION_EX => {
+            need(DELETE)?;
+            let del = if req.class == class::DISPOSITION {
+                decode_disposition(req.buffer).map_err(bad)?
+            } else {
+                decode_disposition_ex(req.buffer).map_err(bad)? & DISPOSITION_EX_DELETE != 0
+            };
+            if del {
+                blocking(move || f.check_deletable()).await?;
+            }
+            super::open(conn, ctx, req.file_id)?.delete_on_close = del;
+        }
+        class::END_OF_FILE => {
+            need(FILE_WRITE_DATA | FILE_APPEND_DATA)?;
+            let size = decode_u64_info(req.buffer).map_err(bad)?;
+            blocking(move || f.set_end_of_file(size)).await?;
+        }
+        class::ALLOCATION => {
+            need(FILE_WRITE_DATA | FILE_APPEND_DATA)?;
+            let size = decode_u64_info(req.buffer).map_err(bad)?;
+            blocking(move || f.set_allocation_size(size)).await?;
+        }
+        class::POSITION => {
+            let pos = decode_u64_info(req.buffer).map_err(bad)?;
+            super::open(conn, ctx, req.file_id)?.position = pos;
+        }
+        class::MODE => {
+            let mode = crate::proto::wire::Reader::new(req.buffer)
+                .u32()
+                .map_err(bad)?;
+            super::open(conn, ctx, req.file_id)?.mode = mode;
+        }
+        _ => return Err(status::INVALID_INFO_CLASS),
+    }
+    let mut body = Vec::new();
+    encode_set_info_response(&mut body);
+    Ok(Reply::ok(body))
+}

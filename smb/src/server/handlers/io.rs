@@ -1,0 +1,126 @@
+//! READ, WRITE, FLUSH and LOCK (MS-SMB2 3.3.5.11 – 3.3.5.14): access and credit checks, then
+//! the storage call on the blocking pool.
+
+use crate::proto::io::{
+    encode_read_response_fixed, encode_write_response, LockRequest, ReadRequest, WriteRequest,
+    WRITEFLAG_WRITE_THROUGH,
+};
+use crate::proto::session::encode_empty_response;
+use crate::proto::{status, FileId};
+
+use super::create::{FILE_APPEND_DATA, FILE_EXECUTE, FILE_READ_DATA, FILE_WRITE_DATA};
+use super::{blocking, file_of};
+use crate::server::conn::Connection;
+use crate::server::dispatch::{Ctx, HResult, Reply};
+use crate::server::MAX_IO_SIZE;
+
+fn check_credits(conn: &Connection, ctx: &Ctx<'_>, payload: u64) -> Result<(), u32> {
+    if payload > u64::from(MAX_IO_SIZE) {
+        return Err(status::INVALID_PARAMETER);
+    }
+    conn.state
+        .credits
+        .check_charge(ctx.hdr.credit_charge, payload)
+        .map_err(|_| status::INVALID_PARAMETER)
+}
+
+/// Handles READ.
+pub async fn read(conn: &mut Connection, ctx: &mut Ctx<'_>, req: ReadRequest) -> HResult {
+    check_credits(conn, ctx, u64::from(req.length))?;
+    let open = super::open(conn, ctx, req.file_id)?;
+    if let Some(pipe) = open.pipe.as_mut() {
+        return super::pipe::read(pipe, req.length);
+    }
+    if open.access & (FILE_READ_DATA | FILE_EXECUTE) == 0 {
+        return Err(status::ACCESS_DENIED);
+    }
+    if open.is_dir {
+        return Err(status::INVALID_DEVICE_REQUEST);
+    }
+    let f = file_of(open)?;
+    let len = usize::try_from(req.length).map_err(|_| status::INVALID_PARAMETER)?;
+    let offset = req.offset;
+    let mut body = Vec::with_capacity(16 + len);
+    encode_read_response_fixed(&mut body, 0);
+    let (mut body, n) = blocking(move || {
+        let start = body.len();
+        body.resize(start + len, 0);
+        let n = f.read_at(offset, &mut body[start..])?;
+        body.truncate(start + n);
+        Ok((body, n))
+    })
+    .await?;
+    if (n == 0 && len > 0) || n < usize::try_from(req.minimum_count).unwrap_or(usize::MAX) {
+        return Err(status::END_OF_FILE);
+    }
+    let nn = u32::try_from(n).unwrap_or(u32::MAX);
+    body[4..8].copy_from_slice(&nn.to_le_bytes());
+    if let Some(o) = super::session(conn, ctx)?.observer.as_ref() {
+        o.add_read(n as u64);
+    }
+    Ok(Reply::ok(body))
+}
+
+/// Handles WRITE.
+pub async fn write(conn: &mut Connection, ctx: &mut Ctx<'_>, req: WriteRequest<'_>) -> HResult {
+    check_credits(conn, ctx, req.data.len() as u64)?;
+    let backend = conn.backend.clone();
+    let open = super::open(conn, ctx, req.file_id)?;
+    if let Some(pipe) = open.pipe.as_mut() {
+        let n = req.data.len();
+        let shares = backend;
+        let pipe_name = pipe.name.clone();
+        let input = req.data.to_vec();
+        let out = tokio::task::spawn_blocking(move || {
+            super::pipe::transact(&pipe_name, &input, shares.as_ref())
+        })
+        .await
+        .map_err(|_| status::INTERNAL_ERROR)??;
+        let open = super::open(conn, ctx, req.file_id)?;
+        if let Some(pipe) = open.pipe.as_mut() {
+            pipe.pending = out;
+        }
+        let mut body = Vec::with_capacity(16);
+        encode_write_response(&mut body, u32::try_from(n).unwrap_or(u32::MAX));
+        return Ok(Reply::ok(body));
+    }
+    if open.access & (FILE_WRITE_DATA | FILE_APPEND_DATA) == 0 {
+        return Err(status::ACCESS_DENIED);
+    }
+    if open.is_dir {
+        return Err(status::INVALID_DEVICE_REQUEST);
+    }
+    let f = file_of(open)?;
+    let write_through = req.flags & WRITEFLAG_WRITE_THROUGH != 0 || open.mode & 0x2 != 0;
+    let data = req.data.to_vec();
+    let offset = req.offset;
+    let n = blocking(move || f.write_at(offset, &data, write_through)).await?;
+    if let Some(o) = super::session(conn, ctx)?.observer.as_ref() {
+        o.add_written(n as u64);
+    }
+    let mut body = Vec::with_capacity(16);
+    encode_write_response(&mut body, u32::try_from(n).unwrap_or(u32::MAX));
+    Ok(Reply::ok(body))
+}
+
+/// Handles FLUSH: makes written data durable.
+pub async fn flush(conn: &mut Connection, ctx: &mut Ctx<'_>, id: FileId) -> HResult {
+    let open = super::open(conn, ctx, id)?;
+    if open.pipe.is_none() {
+        if open.access & (FILE_WRITE_DATA | FILE_APPEND_DATA) == 0 {
+            return Err(status::ACCESS_DENIED);
+        }
+        let f = file_of(open)?;
+        blocking(move || f.flush()).await?;
+    }
+    let mut body = Vec::new();
+    encode_empty_response(&mut body);
+    Ok(Reply::ok(body))
+}
+
+/// Handles LOCK. Byte-range locking arrives with the share-mode module; until then the request
+/// is refused with STATUS_NOT_SUPPORTED rather than pretending a lock was taken.
+pub fn lock(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest) -> HResult {
+    super::open(conn, ctx, req.file_id)?;
+    Err(status::NOT_SUPPORTED)
+}

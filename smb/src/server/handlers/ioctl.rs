@@ -1,0 +1,160 @@
+//! IOCTL (MS-SMB2 3.3.5.15): VALIDATE_NEGOTIATE_INFO, named-pipe transceive for srvsvc, network
+//! interface info, and the sparse-file FSCTLs. Anything else gets INVALID_DEVICE_REQUEST.
+
+use crate::proto::ioctl::{
+    encode_ioctl_response, network_interface_info_v4, validate_negotiate_response, IoctlRequest,
+    ValidateNegotiateInfo, FSCTL_DFS_GET_REFERRALS, FSCTL_PIPE_TRANSCEIVE,
+    FSCTL_QUERY_ALLOCATED_RANGES, FSCTL_QUERY_NETWORK_INTERFACE_INFO, FSCTL_SET_SPARSE,
+    FSCTL_SET_ZERO_DATA, FSCTL_VALIDATE_NEGOTIATE_INFO, IOCTL_IS_FSCTL,
+};
+use crate::proto::negotiate::{DIALECT_300, DIALECT_302};
+use crate::proto::wire::{Put, Reader};
+use crate::proto::{status, FileId};
+
+use super::create::{FILE_APPEND_DATA, FILE_WRITE_DATA};
+use super::{blocking, file_of};
+use crate::server::conn::Connection;
+use crate::server::dispatch::{Ctx, HResult, Reply};
+use crate::server::MAX_IO_SIZE;
+
+/// Link speed reported for the loopback/ethernet interface (bits per second): 10 Gb/s.
+const REPORTED_LINK_SPEED: u64 = 10_000_000_000;
+/// Most allocated ranges returned at once.
+const MAX_ALLOCATED_RANGES: usize = 4096;
+
+fn reply(ctl: u32, id: FileId, out: &[u8]) -> Reply {
+    let mut body = Vec::with_capacity(48 + out.len());
+    encode_ioctl_response(&mut body, ctl, id, out);
+    Reply::ok(body)
+}
+
+/// Handles IOCTL.
+pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'_>) -> HResult {
+    if req.flags & IOCTL_IS_FSCTL == 0 {
+        return Err(status::NOT_SUPPORTED);
+    }
+    if req.max_output_response > MAX_IO_SIZE {
+        return Err(status::INVALID_PARAMETER);
+    }
+    let max_out = usize::try_from(req.max_output_response).unwrap_or(0);
+    match req.ctl_code {
+        FSCTL_VALIDATE_NEGOTIATE_INFO => {
+            let neg = conn
+                .state
+                .negotiated
+                .clone()
+                .ok_or(status::INVALID_PARAMETER)?;
+            if !matches!(neg.dialect, DIALECT_300 | DIALECT_302)
+                && neg.dialect != crate::proto::negotiate::DIALECT_311
+            {
+                // 2.x clients never send it; refuse like Windows.
+                return Ok(Reply {
+                    disconnect: true,
+                    ..Reply::error(status::ACCESS_DENIED)
+                });
+            }
+            let v =
+                ValidateNegotiateInfo::decode(req.input).map_err(|_| status::INVALID_PARAMETER)?;
+            let ok = v.capabilities == neg.client_capabilities
+                && v.guid == neg.client_guid
+                && v.security_mode == neg.client_security_mode
+                && v.dialects == neg.client_dialects;
+            if !ok {
+                tracing::warn!(peer = %conn.state.peer, "VALIDATE_NEGOTIATE_INFO mismatch: disconnecting");
+                return Ok(Reply {
+                    disconnect: true,
+                    ..Reply::error(status::ACCESS_DENIED)
+                });
+            }
+            let out = validate_negotiate_response(
+                neg.server_capabilities,
+                &conn.config.server_guid,
+                neg.server_security_mode,
+                neg.dialect,
+            );
+            Ok(reply(req.ctl_code, req.file_id, &out))
+        }
+        FSCTL_QUERY_NETWORK_INTERFACE_INFO => {
+            let ip = match conn.state.local.ip() {
+                std::net::IpAddr::V4(v4) => v4.octets(),
+                std::net::IpAddr::V6(_) => return Err(status::NOT_SUPPORTED),
+            };
+            let out = network_interface_info_v4(1, REPORTED_LINK_SPEED, ip);
+            Ok(reply(req.ctl_code, req.file_id, &out))
+        }
+        FSCTL_DFS_GET_REFERRALS => Err(status::NOT_FOUND),
+        FSCTL_PIPE_TRANSCEIVE => {
+            let open = super::open(conn, ctx, req.file_id)?;
+            let name = open
+                .pipe
+                .as_ref()
+                .map(|p| p.name.clone())
+                .ok_or(status::INVALID_DEVICE_REQUEST)?;
+            let backend = conn.backend.clone();
+            let input = req.input.to_vec();
+            let mut out = tokio::task::spawn_blocking(move || {
+                super::pipe::transact(&name, &input, backend.as_ref())
+            })
+            .await
+            .map_err(|_| status::INTERNAL_ERROR)??;
+            let id = ctx.resolve(req.file_id);
+            if out.len() > max_out {
+                let rest = out.split_off(max_out);
+                if let Some(p) = super::open(conn, ctx, req.file_id)?.pipe.as_mut() {
+                    p.pending = rest;
+                }
+                let mut body = Vec::new();
+                encode_ioctl_response(&mut body, req.ctl_code, id, &out);
+                return Ok(Reply::with_status(status::BUFFER_OVERFLOW, body));
+            }
+            Ok(reply(req.ctl_code, id, &out))
+        }
+        FSCTL_SET_SPARSE => {
+            let open = super::open(conn, ctx, req.file_id)?;
+            if open.access & (FILE_WRITE_DATA | FILE_APPEND_DATA | 0x100) == 0 {
+                return Err(status::ACCESS_DENIED);
+            }
+            let f = file_of(open)?;
+            let sparse = req.input.first().is_none_or(|b| *b != 0);
+            blocking(move || f.set_sparse(sparse)).await?;
+            Ok(reply(req.ctl_code, ctx.resolve(req.file_id), &[]))
+        }
+        FSCTL_SET_ZERO_DATA => {
+            let open = super::open(conn, ctx, req.file_id)?;
+            if open.access & FILE_WRITE_DATA == 0 {
+                return Err(status::ACCESS_DENIED);
+            }
+            let f = file_of(open)?;
+            let mut r = Reader::new(req.input);
+            let off = r.u64().map_err(|_| status::INVALID_PARAMETER)?;
+            let end = r.u64().map_err(|_| status::INVALID_PARAMETER)?;
+            if end < off {
+                return Err(status::INVALID_PARAMETER);
+            }
+            blocking(move || f.zero_data(off, end - off)).await?;
+            Ok(reply(req.ctl_code, ctx.resolve(req.file_id), &[]))
+        }
+        FSCTL_QUERY_ALLOCATED_RANGES => {
+            let open = super::open(conn, ctx, req.file_id)?;
+            let f = file_of(open)?;
+            let mut r = Reader::new(req.input);
+            let off = r.u64().map_err(|_| status::INVALID_PARAMETER)?;
+            let len = r.u64().map_err(|_| status::INVALID_PARAMETER)?;
+            let max = (max_out / 16).min(MAX_ALLOCATED_RANGES);
+            let (ranges, more) = blocking(move || f.allocated_ranges(off, len, max)).await?;
+            let mut out = Vec::with_capacity(ranges.len() * 16);
+            for rg in &ranges {
+                out.put_u64(rg.offset);
+                out.put_u64(rg.length);
+            }
+            let id = ctx.resolve(req.file_id);
+            if more {
+                let mut body = Vec::new();
+                encode_ioctl_response(&mut body, req.ctl_code, id, &out);
+                return Ok(Reply::with_status(status::BUFFER_OVERFLOW, body));
+            }
+            Ok(reply(req.ctl_code, id, &out))
+        }
+        _ => Err(status::INVALID_DEVICE_REQUEST),
+    }
+}

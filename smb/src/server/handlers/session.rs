@@ -1,0 +1,224 @@
+//! SESSION_SETUP (MS-SMB2 3.3.5.5) with SPNEGO/NTLMv2 through [`crate::auth`], key derivation
+//! through [`crate::crypto`], and LOGOFF (3.3.5.6).
+
+use std::sync::Arc;
+
+use crate::auth::{AuthStep, NtHashLookup, NtlmServer, ServerNames};
+use crate::crypto::{CipherKey, KeyDialect, SessionKeys, SigningKey};
+use crate::proto::negotiate::{DIALECT_202, DIALECT_210, DIALECT_311, SIGNING_REQUIRED};
+use crate::proto::session::{
+    encode_empty_response, encode_session_setup_response, SessionSetupRequest,
+    SESSION_FLAG_BINDING, SESSION_FLAG_ENCRYPT_DATA, SESSION_FLAG_IS_NULL,
+};
+use crate::proto::status;
+
+use crate::server::conn::Connection;
+use crate::server::dispatch::{Ctx, HResult, PreauthTarget, Reply};
+use crate::server::state::{AuthState, Session};
+use crate::server::{now_filetime, random_bytes, Backend, MAX_SESSIONS_PER_CONNECTION};
+
+/// Adapts the appliance backend to the auth module's credential lookup.
+struct Lookup(Arc<dyn Backend>);
+
+impl NtHashLookup for Lookup {
+    fn nt_hash(&self, user: &str, _domain: &str) -> Option<[u8; 16]> {
+        self.0.nt_hash(user)
+    }
+}
+
+fn names(conn: &Connection) -> ServerNames {
+    ServerNames {
+        netbios_domain: conn.config.domain.clone(),
+        netbios_computer: conn.config.computer_name.clone(),
+        dns_domain: String::new(),
+        dns_computer: conn.config.computer_name.to_ascii_lowercase(),
+    }
+}
+
+fn new_exchange(conn: &Connection) -> NtlmServer {
+    let mut challenge = [0u8; 8];
+    random_bytes(&mut challenge);
+    NtlmServer::new(challenge, now_filetime(), names(conn))
+}
+
+/// Handles SESSION_SETUP.
+pub async fn session_setup(
+    conn: &mut Connection,
+    ctx: &mut Ctx<'_>,
+    req: SessionSetupRequest<'_>,
+) -> HResult {
+    let neg = conn
+        .state
+        .negotiated
+        .clone()
+        .ok_or(status::INVALID_PARAMETER)?;
+    if req.flags & SESSION_FLAG_BINDING != 0 {
+        return Err(status::REQUEST_NOT_ACCEPTED);
+    }
+    let sid = if ctx.hdr.session_id == 0 {
+        if conn.state.sessions.len() >= MAX_SESSIONS_PER_CONNECTION {
+            return Err(status::INSUFFICIENT_RESOURCES);
+        }
+        let sid = conn.state.next_session_id;
+        conn.state.next_session_id += 1;
+        let ntlm = new_exchange(conn);
+        conn.state
+            .sessions
+            .insert(sid, Session::new(sid, ntlm, conn.state.preauth));
+        sid
+    } else {
+        let sid = ctx.hdr.session_id;
+        let fresh = new_exchange(conn);
+        let conn_preauth = conn.state.preauth;
+        let s = conn
+            .state
+            .sessions
+            .get_mut(&sid)
+            .ok_or(status::USER_SESSION_DELETED)?;
+        match s.auth {
+            AuthState::InProgress { .. } => {}
+            AuthState::Valid => {
+                // Re-authentication: a new exchange on the same session.
+                s.auth = AuthState::InProgress {
+                    ntlm: Box::new(fresh),
+                    preauth: conn_preauth,
+                };
+            }
+            AuthState::Expired => return Err(status::USER_SESSION_DELETED),
+        }
+        sid
+    };
+    let token = req.security_buffer.to_vec();
+    let (mut ntlm, mut preauth) = {
+        let Some(s) = conn.state.sessions.get_mut(&sid) else {
+            return Err(status::USER_SESSION_DELETED);
+        };
+        match std::mem::replace(&mut s.auth, AuthState::Expired) {
+            AuthState::InProgress { ntlm, preauth } => (ntlm, preauth),
+            _ => return Err(status::INTERNAL_ERROR),
+        }
+    };
+    if neg.dialect == DIALECT_311 {
+        preauth.update(ctx.msg);
+    }
+    let backend = conn.backend.clone();
+    let stepped = tokio::task::spawn_blocking(move || {
+        let r = ntlm.step(&token, &Lookup(backend));
+        (ntlm, r)
+    })
+    .await;
+    let (ntlm, result) = match stepped {
+        Ok(v) => v,
+        Err(_) => {
+            conn.state.sessions.remove(&sid);
+            return Err(status::INTERNAL_ERROR);
+        }
+    };
+    match result {
+        Ok(AuthStep::Continue(token)) => {
+            if let Some(s) = conn.state.sessions.get_mut(&sid) {
+                s.auth = AuthState::InProgress { ntlm, preauth };
+            }
+            let mut body = Vec::with_capacity(token.len() + 8);
+            encode_session_setup_response(&mut body, 0, &token);
+            Ok(Reply {
+                session_id: Some(sid),
+                preauth: Some(PreauthTarget::Session(sid)),
+                ..Reply::with_status(status::MORE_PROCESSING_REQUIRED, body)
+            })
+        }
+        Ok(AuthStep::Done {
+            token,
+            user,
+            domain: _,
+            session_key,
+            anonymous,
+        }) => {
+            let key_dialect = match neg.dialect {
+                DIALECT_202 | DIALECT_210 => KeyDialect::Smb2,
+                DIALECT_311 => KeyDialect::Smb311 {
+                    preauth_hash: *preauth.value(),
+                },
+                _ => KeyDialect::Smb30,
+            };
+            let encrypt_all = conn.config.encrypt_all;
+            let require_signing =
+                conn.config.require_signing || neg.client_security_mode & SIGNING_REQUIRED != 0;
+            let observer = if anonymous {
+                None
+            } else {
+                Some(conn.backend.session_started(&user, conn.state.peer))
+            };
+            if let Some(o) = &observer {
+                let admin = o.cancelled();
+                let cancel = conn.admin_cancel.clone();
+                let done = conn.closed.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = admin.cancelled() => cancel.cancel(),
+                        _ = done.cancelled() => {}
+                    }
+                });
+            }
+            let s = conn
+                .state
+                .sessions
+                .get_mut(&sid)
+                .ok_or(status::USER_SESSION_DELETED)?;
+            let mut flags = 0;
+            if anonymous {
+                s.guest = true;
+                s.signing_required = false;
+                flags |= SESSION_FLAG_IS_NULL;
+            } else {
+                let keys = SessionKeys::derive(&session_key, key_dialect, neg.cipher);
+                s.signing_key = Some(SigningKey::new(neg.signing, keys.signing()));
+                if let (Some(c), Some(e), Some(d)) =
+                    (neg.cipher, keys.encryption(), keys.decryption())
+                {
+                    s.encrypt_key = CipherKey::new(c, e).ok();
+                    s.decrypt_key = CipherKey::new(c, d).ok();
+                }
+                s.signing_required = require_signing;
+                if encrypt_all {
+                    if s.encrypt_key.is_none() {
+                        conn.state.sessions.remove(&sid);
+                        return Err(status::ACCESS_DENIED);
+                    }
+                    s.encrypt_data = true;
+                    flags |= SESSION_FLAG_ENCRYPT_DATA;
+                }
+            }
+            s.user = user;
+            s.observer = observer;
+            s.auth = AuthState::Valid;
+            let mut body = Vec::with_capacity(token.len() + 8);
+            encode_session_setup_response(&mut body, flags, &token);
+            Ok(Reply {
+                session_id: Some(sid),
+                force_sign: !anonymous,
+                ..Reply::ok(body)
+            })
+        }
+        Err(e) => {
+            tracing::info!(peer = %conn.state.peer, error = %e, "SMB authentication failed");
+            conn.state.sessions.remove(&sid);
+            Err(e.nt_status())
+        }
+    }
+}
+
+/// Handles LOGOFF: the session is marked expired and removed once the response is sent.
+pub fn logoff(conn: &mut Connection, ctx: &mut Ctx<'_>) -> HResult {
+    let s = conn
+        .state
+        .sessions
+        .get_mut(&ctx.session_id)
+        .ok_or(status::USER_SESSION_DELETED)?;
+    s.auth = AuthState::Expired;
+    s.opens.clear();
+    s.trees.clear();
+    let mut body = Vec::new();
+    encode_empty_response(&mut body);
+    Ok(Reply::ok(body))
+}

@@ -1,0 +1,207 @@
+//! Connection, session, tree and open state (MS-SMB2 3.3.1). Plain data owned by one
+//! connection task; nothing here does I/O.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::auth::NtlmServer;
+use crate::crypto::{Cipher, CipherKey, PreauthHash, SigningAlgorithm, SigningKey};
+use crate::proto::FileId;
+use crate::vfs::{DirCursor, FsFile, ShareFs};
+
+use super::credits::CreditWindow;
+use super::SessionObserver;
+
+/// What NEGOTIATE settled for this connection.
+#[derive(Debug, Clone)]
+pub struct Negotiated {
+    /// The dialect (0x0202 … 0x0311).
+    pub dialect: u16,
+    /// Client capabilities.
+    pub client_capabilities: u32,
+    /// Client GUID.
+    pub client_guid: [u8; 16],
+    /// Client SecurityMode.
+    pub client_security_mode: u16,
+    /// Dialects the client offered (for VALIDATE_NEGOTIATE_INFO).
+    pub client_dialects: Vec<u16>,
+    /// Server SecurityMode sent.
+    pub server_security_mode: u16,
+    /// Server capabilities sent.
+    pub server_capabilities: u32,
+    /// The cipher (3.0: AES-128-CCM when the client has CAP_ENCRYPTION; 3.1.1: negotiated).
+    pub cipher: Option<Cipher>,
+    /// Signing algorithm for sessions on this connection.
+    pub signing: SigningAlgorithm,
+}
+
+/// Per-connection state.
+pub struct ConnState {
+    /// Set after NEGOTIATE.
+    pub negotiated: Option<Negotiated>,
+    /// Connection preauth hash (3.1.1).
+    pub preauth: PreauthHash,
+    /// The credit window.
+    pub credits: CreditWindow,
+    /// Sessions by id.
+    pub sessions: HashMap<u64, Session>,
+    /// Next session id to hand out.
+    pub next_session_id: u64,
+    /// The peer address (for the session registry).
+    pub peer: std::net::SocketAddr,
+    /// Our address on this connection (network interface info).
+    pub local: std::net::SocketAddr,
+    /// Whether an SMB1 negotiate already took place (a second is a protocol error).
+    pub smb1_seen: bool,
+    /// Last file id handed out (persistent and volatile use the same counter).
+    pub next_file_id: u64,
+}
+
+/// Where a session's authentication stands.
+pub enum AuthState {
+    /// SESSION_SETUP legs in progress.
+    InProgress {
+        /// The NTLM exchange.
+        ntlm: Box<NtlmServer>,
+        /// The session's preauth hash (3.1.1).
+        preauth: PreauthHash,
+    },
+    /// Authenticated.
+    Valid,
+    /// Logged off / expired: any further use gets USER_SESSION_DELETED.
+    Expired,
+}
+
+/// One session.
+pub struct Session {
+    /// SessionId.
+    pub id: u64,
+    /// Authentication state.
+    pub auth: AuthState,
+    /// User name (empty for anonymous).
+    pub user: String,
+    /// Anonymous or guest: never signed, only shares with guest_ok.
+    pub guest: bool,
+    /// Signing key (absent for guest).
+    pub signing_key: Option<SigningKey>,
+    /// Key that seals server→client messages.
+    pub encrypt_key: Option<CipherKey>,
+    /// Key that opens client→server messages.
+    pub decrypt_key: Option<CipherKey>,
+    /// Every request must be signed (unless encrypted).
+    pub signing_required: bool,
+    /// Every message of the session must be encrypted.
+    pub encrypt_data: bool,
+    /// Tree connects by id.
+    pub trees: HashMap<u32, Tree>,
+    /// Next tree id.
+    pub next_tree_id: u32,
+    /// Opens by volatile id.
+    pub opens: HashMap<u64, Open>,
+    /// Nonce counter for sealing.
+    pub nonce_counter: u64,
+    /// The appliance's session registry entry.
+    pub observer: Option<Box<dyn SessionObserver>>,
+}
+
+impl Session {
+    /// A new session in its first SESSION_SETUP leg.
+    pub fn new(id: u64, ntlm: NtlmServer, preauth: PreauthHash) -> Self {
+        Self {
+            id,
+            auth: AuthState::InProgress {
+                ntlm: Box::new(ntlm),
+                preauth,
+            },
+            user: String::new(),
+            guest: false,
+            signing_key: None,
+            encrypt_key: None,
+            decrypt_key: None,
+            signing_required: false,
+            encrypt_data: false,
+            trees: HashMap::new(),
+            next_tree_id: 1,
+            opens: HashMap::new(),
+            nonce_counter: 0,
+            observer: None,
+        }
+    }
+
+    /// True once authenticated.
+    pub fn is_valid(&self) -> bool {
+        matches!(self.auth, AuthState::Valid)
+    }
+
+    /// Next unique 16-byte nonce for sealing (a counter; unique per key).
+    pub fn next_nonce(&mut self) -> [u8; 16] {
+        self.nonce_counter += 1;
+        let mut n = [0u8; 16];
+        n[..8].copy_from_slice(&self.nonce_counter.to_le_bytes());
+        n
+    }
+}
+
+/// What a tree connect points at.
+pub enum TreeKind {
+    /// A disk share.
+    Disk {
+        /// Its storage.
+        fs: Arc<dyn ShareFs>,
+        /// Writes refused.
+        read_only: bool,
+    },
+    /// IPC$ (named pipes).
+    Ipc,
+}
+
+/// One tree connect.
+pub struct Tree {
+    /// Share name.
+    pub share: String,
+    /// Disk or IPC.
+    pub kind: TreeKind,
+    /// Messages to this tree must be encrypted.
+    pub encrypt: bool,
+}
+
+/// A named-pipe open on IPC$ (srvsvc): the pending RPC output not yet read.
+#[derive(Default)]
+pub struct PipeState {
+    /// Which pipe (lower-case name).
+    pub name: String,
+    /// Response bytes waiting for READ.
+    pub pending: Vec<u8>,
+}
+
+/// An open file, directory or pipe.
+pub struct Open {
+    /// The handle as sent to the client.
+    pub file_id: FileId,
+    /// The tree it belongs to.
+    pub tree_id: u32,
+    /// Storage handle (None for pipes).
+    pub file: Option<Arc<dyn FsFile>>,
+    /// Pipe state (IPC$).
+    pub pipe: Option<PipeState>,
+    /// Granted access mask.
+    pub access: u32,
+    /// Directory?
+    pub is_dir: bool,
+    /// Stable file id (for share-mode tables and FileInternalInformation).
+    pub inode: u64,
+    /// Delete when the last handle closes.
+    pub delete_on_close: bool,
+    /// Directory enumeration in progress (taken out while a blocking call uses it).
+    pub cursor: Option<Box<dyn DirCursor>>,
+    /// The enumeration reached its end (NO_MORE_FILES until restarted).
+    pub cursor_done: bool,
+    /// The pattern of the running enumeration.
+    pub pattern: String,
+    /// FilePositionInformation.
+    pub position: u64,
+    /// FileModeInformation / create options kept for WRITE_THROUGH.
+    pub mode: u32,
+    /// Path relative to the share at open time.
+    pub path: String,
+}
