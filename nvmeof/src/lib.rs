@@ -4,6 +4,7 @@
 //! - [`tcp`]: sans-I/O NVMe/TCP PDU codec (framing, digests, every length checked).
 //! - [`spec`]: transport-independent NVMe structures (SQE/CQE, Identify, log pages).
 //! - [`target`]: controllers, queues and commands as sans-I/O state machines.
+//! - [`transport`]: the tokio TCP listener driving one [`target::Queue`] per connection.
 //!
 //! Invariant: nothing below the transport knows about sockets, files or clocks.
 
@@ -12,3 +13,4 @@
 pub mod spec;
 pub mod target;
 pub mod tcp;
+pub mod transport;

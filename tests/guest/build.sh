@@ -81,9 +81,6 @@ depmod -b "$kroot" "$kver"
 root="$work/root"
 mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,etc/nvme,proc,sys,dev,tmp,run,mnt,checks,root}
 cp /bin/busybox "$root/bin/busybox"
-for applet in $(/bin/busybox --list-full); do
-    [ -e "$root/$applet" ] || ln -s /bin/busybox "$root/$applet"
-done
 
 # Modules: the listed ones plus their dependency closure, at their usual paths.
 modlist="$(grep -v '^[[:space:]]*#' "$GUEST_DIR/modules.list" | awk 'NF{print $1}')"
@@ -109,11 +106,11 @@ nmods="$(sort -u "$work/modfiles" | wc -l)"
 for tool in "${BUILD_TOOLS[@]}"; do
     [ -x "$tool" ] || guest_die "missing $tool"
     mkdir -p "$root/$(dirname "$tool")"
-    cp -L "$tool" "$root/$tool"
+    cp -L --remove-destination "$tool" "$root/$tool"
     ldd "$tool" | awk '/=>/ && $3 ~ /^\//{print $3} /^[[:space:]]*\/.*ld-linux/{print $1}' |
         while read -r lib; do
             mkdir -p "$root/$(dirname "$lib")"
-            [ -e "$root/$lib" ] || cp -L "$lib" "$root/$lib"
+            [ -e "$root/$lib" ] || cp -L --remove-destination "$lib" "$root/$lib"
         done
 done
 ln -sf mke2fs "$root/sbin/mkfs.ext4"
@@ -128,6 +125,13 @@ printf 'root:x:0:\n' >"$root/etc/group"
 
 install -m 0755 "$GUEST_DIR/init" "$root/init"
 
+# Busybox applets last, and only where no real tool was copied. Never copy
+# into the tree after this point: the links point at /bin/busybox, which on
+# the host is the host's busybox.
+for applet in $(/bin/busybox --list-full); do
+    [ -e "$root/$applet" ] || [ -L "$root/$applet" ] || ln -s /bin/busybox "$root/$applet"
+done
+
 # --- pack ---
 mkdir -p "$work/out"
 cp "$kroot/boot/vmlinuz-$kver" "$work/out/vmlinuz"
@@ -136,7 +140,7 @@ cp "$kroot/boot/vmlinuz-$kver" "$work/out/vmlinuz"
 echo "$kver" >"$work/out/kver"
 {
     echo "kernel: $kpkg $kpkg_ver ($deb)"
-    echo "modules ($nmods files): $modlist"
+    echo "modules ($nmods files): $(echo $modlist)"
     echo "tools: ${BUILD_TOOLS[*]}"
     dpkg-query -W -f '${Package}=${Version}\n' "${BUILD_KEY_PACKAGES[@]}" 2>/dev/null || true
     echo "initrd: $(du -sh "$root" | cut -f1) unpacked, $(du -h "$work/out/initrd.img" | cut -f1) compressed"

@@ -202,6 +202,73 @@ impl CipherKey {
     }
 }
 
+impl CipherKey {
+    /// [`CipherKey::seal`] over one buffer whose first [`TRANSFORM_HEADER_LEN`] bytes are
+    /// reserved for the header and the rest is the message, so a response can be built in its
+    /// final place and sealed without copying.
+    pub fn seal_frame(
+        &self,
+        frame: &mut [u8],
+        nonce: &[u8; 16],
+        session_id: u64,
+    ) -> Result<(), CryptoError> {
+        if frame.len() < TRANSFORM_HEADER_LEN {
+            return Err(CryptoError::TooShort {
+                what: "sealed frame",
+                len: frame.len(),
+                min: TRANSFORM_HEADER_LEN,
+            });
+        }
+        let (h, m) = frame.split_at_mut(TRANSFORM_HEADER_LEN);
+        self.seal(h, nonce, session_id, m)
+    }
+
+    /// [`CipherKey::open`] over one received frame (transform header + ciphertext); returns
+    /// the decrypted message, in place.
+    pub fn open_frame<'a>(&self, frame: &'a mut [u8]) -> Result<&'a mut [u8], CryptoError> {
+        if frame.len() < TRANSFORM_HEADER_LEN {
+            return Err(CryptoError::TooShort {
+                what: "sealed frame",
+                len: frame.len(),
+                min: TRANSFORM_HEADER_LEN,
+            });
+        }
+        let (h, m) = frame.split_at_mut(TRANSFORM_HEADER_LEN);
+        self.open(h, m)?;
+        Ok(m)
+    }
+}
+
+/// Generates transform-header nonces that never repeat for one key: a 64-bit counter followed
+/// by a per-key random prefix chosen by the caller (3 bytes fit CCM's 11-byte nonce, 4 GCM's
+/// 12). Sans-I/O: the randomness is passed in.
+#[derive(Debug, Clone)]
+pub struct NonceSequence {
+    next: u64,
+    salt: [u8; 4],
+}
+
+impl NonceSequence {
+    /// Starts a sequence; `salt` should be random per key.
+    pub fn new(salt: [u8; 4]) -> Self {
+        Self { next: 0, salt }
+    }
+
+    /// The next nonce for `cipher`, or `None` once 2^64 - 1 have been used (the session must
+    /// then be torn down rather than reuse a nonce).
+    pub fn next_nonce(&mut self, cipher: Cipher) -> Option<[u8; 16]> {
+        if self.next == u64::MAX {
+            return None;
+        }
+        let mut n = [0u8; 16];
+        n[..8].copy_from_slice(&self.next.to_le_bytes());
+        let salt_len = cipher.nonce_len() - 8;
+        n[8..8 + salt_len].copy_from_slice(&self.salt[..salt_len]);
+        self.next += 1;
+        Some(n)
+    }
+}
+
 /// Reads the SessionId of a transform header so the server can pick the session's key before
 /// decrypting; `None` if `header` is not a transform header.
 pub fn transform_session_id(header: &[u8]) -> Option<u64> {
@@ -459,6 +526,27 @@ mod tests {
             assert_eq!(m, &plain[..]);
             assert!(CipherKey::new(cipher, &key[1..]).is_err());
         }
+    }
+
+    #[test]
+    fn frame_helpers_and_nonce_sequence() {
+        let k = CipherKey::new(Cipher::Aes256Gcm, &[9; 32]).unwrap();
+        let mut seq = NonceSequence::new([1, 2, 3, 4]);
+        let n0 = seq.next_nonce(Cipher::Aes256Gcm).unwrap();
+        let n1 = seq.next_nonce(Cipher::Aes256Gcm).unwrap();
+        assert_ne!(n0, n1);
+        assert_eq!(&n0[8..12], &[1, 2, 3, 4]);
+        assert_eq!(&seq.next_nonce(Cipher::Aes128Ccm).unwrap()[11..], &[0; 5]);
+        let mut frame = vec![0u8; TRANSFORM_HEADER_LEN];
+        frame.extend_from_slice(b"\xfeSMB hello");
+        k.seal_frame(&mut frame, &n0, 5).unwrap();
+        assert_eq!(k.open_frame(&mut frame).unwrap(), b"\xfeSMB hello");
+        assert!(k.open_frame(&mut [0u8; 10]).is_err());
+        let mut exhausted = NonceSequence {
+            next: u64::MAX,
+            salt: [0; 4],
+        };
+        assert!(exhausted.next_nonce(Cipher::Aes128Gcm).is_none());
     }
 
     #[test]

@@ -27,6 +27,23 @@ pub enum KeyDialect {
     },
 }
 
+impl KeyDialect {
+    /// Maps a negotiated DialectRevision (0x0202, 0x0210, 0x0300, 0x0302, 0x0311) to its key
+    /// schedule; 3.1.1 needs the session's preauth hash. `None` for unknown dialects or 3.1.1
+    /// without a hash.
+    pub fn for_dialect(
+        dialect: u16,
+        preauth_hash: Option<&[u8; PREAUTH_HASH_LEN]>,
+    ) -> Option<Self> {
+        match dialect {
+            0x0202 | 0x0210 => Some(Self::Smb2),
+            0x0300 | 0x0302 => Some(Self::Smb30),
+            0x0311 => preauth_hash.map(|h| Self::Smb311 { preauth_hash: *h }),
+            _ => None,
+        }
+    }
+}
+
 /// The keys of one authenticated session (or one channel, for the signing key).
 #[derive(Clone, PartialEq, Eq)]
 pub struct SessionKeys {
@@ -140,6 +157,21 @@ mod tests {
 
     const BLOG_311_HASH: &str = "B23F3CBFD69487D9832B79B1594A367CDD950909B774C3A4C412B4FCEA9EDDDB\
                                  A7DB256BA2EA30E977F11F9B113247578E0E915C6D2A513B8F2FCA5707DC8770";
+
+    #[test]
+    fn dialect_mapping() {
+        assert_eq!(
+            KeyDialect::for_dialect(0x0210, None),
+            Some(KeyDialect::Smb2)
+        );
+        assert_eq!(
+            KeyDialect::for_dialect(0x0302, None),
+            Some(KeyDialect::Smb30)
+        );
+        assert_eq!(KeyDialect::for_dialect(0x0311, None), None);
+        assert!(KeyDialect::for_dialect(0x0311, Some(&[0; 64])).is_some());
+        assert_eq!(KeyDialect::for_dialect(0x02FF, None), None);
+    }
 
     #[test]
     fn smb2_signing_key_is_session_key_padded() {

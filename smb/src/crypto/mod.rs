@@ -18,7 +18,7 @@ pub mod keys;
 pub mod preauth;
 pub mod signing;
 
-pub use encryption::{transform_session_id, CipherKey, TRANSFORM_HEADER_LEN};
+pub use encryption::{transform_session_id, CipherKey, NonceSequence, TRANSFORM_HEADER_LEN};
 pub use kdf::kdf_counter_hmac_sha256;
 pub use keys::{KeyDialect, SessionKeys};
 pub use preauth::{PreauthHash, PREAUTH_HASH_LEN};

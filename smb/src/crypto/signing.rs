@@ -26,6 +26,18 @@ const MESSAGE_ID_OFFSET: usize = 24;
 const FLAG_SERVER_TO_REDIR: u32 = 0x0000_0001;
 const COMMAND_CANCEL: u16 = 0x000C;
 
+impl SigningAlgorithm {
+    /// The algorithm a dialect uses when 3.1.1 negotiated no SMB2_SIGNING_CAPABILITIES:
+    /// HMAC-SHA256 for 2.x, AES-CMAC for 3.x. `None` for unknown dialects.
+    pub fn default_for_dialect(dialect: u16) -> Option<Self> {
+        match dialect {
+            0x0202 | 0x0210 => Some(Self::HmacSha256),
+            0x0300 | 0x0302 | 0x0311 => Some(Self::AesCmac),
+            _ => None,
+        }
+    }
+}
+
 /// A prepared signing key: the AES key schedule or HMAC key is built once per session, not
 /// once per message.
 #[derive(Clone)]

@@ -20,21 +20,23 @@ const RESERVED_NAMES: &[&str] = &["CON", "PRN", "AUX", "NUL"];
 /// Reserved device name prefixes followed by one digit 1-9 (COM1..COM9, LPT1..LPT9).
 const RESERVED_NUMBERED: &[&str] = &["COM", "LPT"];
 
-/// Splits a client path into validated components. The empty path (and a lone `\`) is the
-/// share root (no components). One trailing `\` is tolerated (`dir\`).
+/// Splits a client path into validated components. The empty path is the share root (no
+/// components). One trailing `\` is tolerated (`dir\`).
 ///
-/// Refuses: a leading `\` before a name (absolute path) or empty components (`a\\b`) as
-/// OBJECT_NAME_INVALID; `.` and `..` components as OBJECT_PATH_SYNTAX_BAD; anything
-/// [`validate_component`] refuses.
+/// Refuses: a leading `\` (an absolute path; MS-SMB2 3.3.5.9 and Windows answer
+/// INVALID_PARAMETER); empty components (`a\\b`) as OBJECT_NAME_INVALID; `.` and `..`
+/// components as OBJECT_PATH_SYNTAX_BAD; anything [`validate_component`] refuses.
 pub fn split_path(path: &str) -> Result<Vec<&str>, FsError> {
     if path.chars().count() > MAX_PATH_CHARS {
         return Err(FsError::NameTooLong);
     }
-    if path.is_empty() || path == "\\" {
+    if path.is_empty() {
         return Ok(Vec::new());
     }
     if path.starts_with('\\') {
-        return Err(FsError::InvalidName(format!("absolute path {path:?}")));
+        return Err(FsError::InvalidParameter(format!(
+            "leading backslash in {path:?}"
+        )));
     }
     let trimmed = path.strip_suffix('\\').unwrap_or(path);
     let mut parts: Vec<&str> = trimmed.split('\\').collect();
@@ -109,6 +111,23 @@ pub fn is_reserved_device_name(name: &str) -> bool {
         && matches!(bytes.get(3), Some(b'1'..=b'9'))
 }
 
+/// Whether client path `path` is `dir` itself or lies beneath it, compared
+/// case-insensitively (both `\`-separated, relative to the share; the empty `dir` is the
+/// root, which contains everything). The server uses it to refuse renaming a directory while
+/// files beneath it are open, as Windows does (ACCESS_DENIED).
+pub fn path_is_within(path: &str, dir: &str) -> bool {
+    if dir.is_empty() {
+        return true;
+    }
+    let (p, d): (Vec<char>, Vec<char>) = (
+        path.chars().map(fold_char).collect(),
+        dir.chars().map(fold_char).collect(),
+    );
+    p.len() >= d.len()
+        && p.get(..d.len()) == Some(&d[..])
+        && (p.len() == d.len() || p.get(d.len()) == Some(&'\\'))
+}
+
 /// Folds one character for case-insensitive comparison the way Windows does: a 1:1 upcase
 /// (characters whose uppercase is several characters stay as they are).
 pub fn fold_char(c: char) -> char {
@@ -141,7 +160,6 @@ mod tests {
     #[test]
     fn splits_plain_paths() {
         assert_eq!(split_path("").unwrap(), Vec::<&str>::new());
-        assert_eq!(split_path("\\").unwrap(), Vec::<&str>::new());
         assert_eq!(split_path("a").unwrap(), vec!["a"]);
         assert_eq!(
             split_path("dir\\sub\\file.txt").unwrap(),
@@ -161,7 +179,8 @@ mod tests {
         assert_eq!(status(".."), nt::OBJECT_PATH_SYNTAX_BAD);
         assert_eq!(status("a\\..\\..\\etc"), nt::OBJECT_PATH_SYNTAX_BAD);
         assert_eq!(status("a\\.\\b"), nt::OBJECT_PATH_SYNTAX_BAD);
-        assert_eq!(status("\\etc\\passwd"), nt::OBJECT_NAME_INVALID);
+        assert_eq!(status("\\etc\\passwd"), nt::INVALID_PARAMETER);
+        assert_eq!(status("\\"), nt::INVALID_PARAMETER);
         assert_eq!(status("a\\\\b"), nt::OBJECT_NAME_INVALID);
         assert_eq!(status("a/../../b"), nt::OBJECT_NAME_INVALID);
     }
@@ -215,6 +234,15 @@ mod tests {
         assert!(split_path(&"a".repeat(MAX_COMPONENT_BYTES)).is_ok());
         let path = vec!["abc"; MAX_PATH_CHARS / 3].join("\\");
         assert_eq!(status(&path), nt::OBJECT_NAME_INVALID);
+    }
+
+    #[test]
+    fn containment_is_by_component_and_case_insensitive() {
+        assert!(path_is_within("Dir\\file", "dir"));
+        assert!(path_is_within("dir", "DIR"));
+        assert!(path_is_within("a\\b\\c", ""));
+        assert!(!path_is_within("dir2\\file", "dir"));
+        assert!(!path_is_within("di", "dir"));
     }
 
     #[test]

@@ -1,0 +1,61 @@
+//! Lists each NVMe controller in the appliance's session registry, with its traffic,
+//! and lets an admin's DELETE /api/v1/sessions/{id} tear it down.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use quarry_nvmeof::target::{SessionHooks, SessionObserver};
+use tokio_util::sync::CancellationToken;
+
+use crate::sessions::{Protocol, SessionGuard, SessionRegistry};
+
+/// Creates one registry entry per controller.
+pub struct Hooks {
+    registry: SessionRegistry,
+}
+
+impl Hooks {
+    /// Hooks registering into `registry`.
+    pub fn new(registry: SessionRegistry) -> Self {
+        Hooks { registry }
+    }
+}
+
+/// A controller's registry entry; dropped (and unlisted) with the controller.
+struct Observer {
+    guard: SessionGuard,
+    cancel: CancellationToken,
+}
+
+impl SessionObserver for Observer {
+    fn bytes_read(&self, n: u64) {
+        self.guard.add_read(n);
+    }
+    fn bytes_written(&self, n: u64) {
+        self.guard.add_written(n);
+    }
+    fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+}
+
+impl SessionHooks for Hooks {
+    fn controller_created(
+        &self,
+        peer: &str,
+        hostnqn: &str,
+        subnqn: &str,
+        cntlid: u16,
+    ) -> Arc<dyn SessionObserver> {
+        let addr: SocketAddr = peer
+            .parse()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let (guard, cancel) = self.registry.register(
+            Protocol::NvmeTcp,
+            hostnqn.to_string(),
+            addr,
+            format!("{subnqn} (cntlid {cntlid})"),
+        );
+        Arc::new(Observer { guard, cancel })
+    }
+}

@@ -1,0 +1,195 @@
+//! DOS attributes and creation time, kept in `user.` extended attributes, and the
+//! [`FileInfo`] built from `statx` plus those.
+//!
+//! On a file system without user xattrs the share still works: attributes read as the
+//! defaults (ARCHIVE for files, DIRECTORY for directories), the creation time is the birth
+//! time (or the earlier of mtime/ctime), and setting them is accepted but not kept.
+
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use quarry_smb::vfs::{attr, filetime_from_unix, FileInfo, FileTime, FsError};
+
+use super::sys::{self, Stat};
+
+/// xattr holding the DOS attribute bits (u32, little endian).
+const XATTR_DOS_ATTRIBUTES: &std::ffi::CStr = c"user.quarry.dosattrib";
+/// xattr holding the creation time (FILETIME, u64 little endian).
+const XATTR_CREATION_TIME: &std::ffi::CStr = c"user.quarry.btime";
+
+/// Whether this share's file system takes user xattrs (cleared on the first ENOTSUP).
+#[derive(Debug)]
+pub struct XattrSupport(AtomicBool);
+
+impl Default for XattrSupport {
+    fn default() -> Self {
+        XattrSupport(AtomicBool::new(true))
+    }
+}
+
+impl XattrSupport {
+    fn enabled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn note(&self, e: &std::io::Error) {
+        if sys::xattr_unsupported(e) && self.0.swap(false, Ordering::Relaxed) {
+            tracing::warn!("share file system has no user xattrs: DOS attributes and creation times will not persist");
+        }
+    }
+}
+
+/// What the xattrs of one file say.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stored {
+    /// Stored DOS attributes.
+    pub attributes: Option<u32>,
+    /// Stored creation time.
+    pub creation_time: Option<FileTime>,
+}
+
+fn read_u64(fd: BorrowedFd<'_>, name: &std::ffi::CStr, xs: &XattrSupport) -> Option<u64> {
+    let mut buf = [0u8; 8];
+    match sys::fgetxattr(fd, name, &mut buf) {
+        Ok(Some(8)) => Some(u64::from_le_bytes(buf)),
+        Ok(Some(4)) => {
+            let mut b4 = [0u8; 4];
+            b4.copy_from_slice(buf.get(..4)?);
+            Some(u64::from(u32::from_le_bytes(b4)))
+        }
+        Ok(_) => None,
+        Err(e) => {
+            xs.note(&e);
+            None
+        }
+    }
+}
+
+/// Reads the stored attributes and creation time of an open file.
+pub fn read_stored(fd: BorrowedFd<'_>, xs: &XattrSupport) -> Stored {
+    if !xs.enabled() {
+        return Stored::default();
+    }
+    Stored {
+        attributes: read_u64(fd, XATTR_DOS_ATTRIBUTES, xs).and_then(|v| u32::try_from(v).ok()),
+        creation_time: read_u64(fd, XATTR_CREATION_TIME, xs),
+    }
+}
+
+fn write(
+    fd: BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    value: &[u8],
+    xs: &XattrSupport,
+) -> Result<(), FsError> {
+    if !xs.enabled() {
+        return Ok(());
+    }
+    match sys::fsetxattr(fd, name, value) {
+        Ok(()) => Ok(()),
+        Err(e) if sys::xattr_unsupported(&e) => {
+            xs.note(&e);
+            Ok(())
+        }
+        Err(e) => Err(FsError::from_io("store file attributes", e)),
+    }
+}
+
+/// Stores DOS attributes (only the settable bits plus SPARSE_FILE; DIRECTORY is derived).
+pub fn write_attributes(
+    fd: BorrowedFd<'_>,
+    attributes: u32,
+    xs: &XattrSupport,
+) -> Result<(), FsError> {
+    let keep = attributes & (attr::SETTABLE | attr::SPARSE_FILE);
+    write(fd, XATTR_DOS_ATTRIBUTES, &keep.to_le_bytes(), xs)
+}
+
+/// Stores the creation time.
+pub fn write_creation_time(
+    fd: BorrowedFd<'_>,
+    time: FileTime,
+    xs: &XattrSupport,
+) -> Result<(), FsError> {
+    write(fd, XATTR_CREATION_TIME, &time.to_le_bytes(), xs)
+}
+
+/// The attributes a file has when none are stored.
+pub fn default_attributes(is_dir: bool) -> u32 {
+    if is_dir {
+        attr::DIRECTORY
+    } else {
+        attr::ARCHIVE
+    }
+}
+
+/// Effective attributes: stored (or default) bits, DIRECTORY from the file type, NORMAL when
+/// nothing else is set.
+pub fn effective_attributes(is_dir: bool, stored: Option<u32>) -> u32 {
+    let base = stored.map_or_else(
+        || default_attributes(is_dir),
+        |a| a & !(attr::DIRECTORY | attr::NORMAL),
+    );
+    let a = if is_dir { base | attr::DIRECTORY } else { base };
+    if a == 0 {
+        attr::NORMAL
+    } else {
+        a
+    }
+}
+
+/// Builds the SMB view of a file from its `statx` and stored xattrs.
+pub fn file_info(st: &Stat, stored: &Stored) -> FileInfo {
+    let ft = |t: (i64, u32)| filetime_from_unix(t.0, t.1);
+    let is_dir = st.is_dir();
+    let fallback_birth = if st.mtime < st.ctime {
+        st.mtime
+    } else {
+        st.ctime
+    };
+    FileInfo {
+        creation_time: stored
+            .creation_time
+            .unwrap_or_else(|| ft(st.btime.unwrap_or(fallback_birth))),
+        last_access_time: ft(st.atime),
+        last_write_time: ft(st.mtime),
+        change_time: ft(st.ctime),
+        end_of_file: if is_dir { 0 } else { st.size },
+        allocation_size: if is_dir {
+            0
+        } else {
+            st.blocks.saturating_mul(512)
+        },
+        attributes: effective_attributes(is_dir, stored.attributes),
+        file_id: st.ino,
+        nlink: st.nlink,
+        is_dir,
+    }
+}
+
+/// Stat + xattrs of an open file.
+pub fn info_of(fd: BorrowedFd<'_>, xs: &XattrSupport) -> Result<(Stat, FileInfo), FsError> {
+    let st = sys::fstat(fd).map_err(|e| FsError::from_io("stat", e))?;
+    let stored = read_stored(fd, xs);
+    Ok((st, file_info(&st, &stored)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn effective_attributes_follow_windows_rules() {
+        assert_eq!(effective_attributes(false, None), attr::ARCHIVE);
+        assert_eq!(effective_attributes(true, None), attr::DIRECTORY);
+        assert_eq!(effective_attributes(false, Some(0)), attr::NORMAL);
+        assert_eq!(
+            effective_attributes(false, Some(attr::DIRECTORY | attr::HIDDEN)),
+            attr::HIDDEN
+        );
+        assert_eq!(
+            effective_attributes(true, Some(attr::READONLY)),
+            attr::READONLY | attr::DIRECTORY
+        );
+    }
+}

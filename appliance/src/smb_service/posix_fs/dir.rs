@@ -1,0 +1,211 @@
+//! Directory enumeration ([`DirCursor`]) for QUERY_DIRECTORY.
+//!
+//! The cursor streams the directory with its own `readdir` position, so a directory of any
+//! size is listed over as many responses as the client's buffers need, with memory bounded
+//! by one entry plus what the server pushed back. `.` and `..` come first. A pattern without
+//! wildcards is answered by a direct (case-insensitive) lookup instead of a scan.
+//!
+//! Entries the client could not use are skipped: names that are not UTF-8 or not valid
+//! Windows names, fifos/sockets/devices, and symlinks that dangle or lead out of the share.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use quarry_smb::vfs::names::validate_component;
+use quarry_smb::vfs::wildcard::Pattern;
+use quarry_smb::vfs::{DirCursor, DirEntry, FileInfo, FsError};
+
+use super::attrs;
+use super::resolve;
+use super::sys;
+use super::ShareInner;
+
+/// Where the cursor is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Dot,
+    DotDot,
+    Entries,
+    Done,
+}
+
+/// A resumable enumeration of one directory.
+pub struct PosixDirCursor {
+    share: Arc<ShareInner>,
+    dir: OwnedFd,
+    /// Stored components of the directory (to resolve symlinks beneath the root).
+    path: Vec<String>,
+    pattern: Pattern,
+    /// The pattern itself when it has no wildcard.
+    literal: Option<String>,
+    stream: Option<sys::DirStream>,
+    phase: Phase,
+    pushed_back: Vec<DirEntry>,
+}
+
+impl PosixDirCursor {
+    /// A cursor over `dir` (a descriptor of the directory at `path`) with `pattern`.
+    pub(crate) fn new(
+        share: Arc<ShareInner>,
+        dir: OwnedFd,
+        path: Vec<String>,
+        pattern: &str,
+    ) -> Result<Self, FsError> {
+        let compiled =
+            Pattern::new(pattern).map_err(|e| FsError::InvalidParameter(e.to_string()))?;
+        let literal = compiled.literal().map(|_| pattern.to_string());
+        Ok(PosixDirCursor {
+            share,
+            dir,
+            path,
+            pattern: compiled,
+            literal,
+            stream: None,
+            phase: Phase::Dot,
+            pushed_back: Vec::new(),
+        })
+    }
+
+    fn info_of_dir(&self, components: &[String]) -> Result<FileInfo, FsError> {
+        let fd = resolve::open_beneath(
+            self.share.root.as_fd(),
+            components,
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            false,
+        )?;
+        Ok(attrs::info_of(fd.as_fd(), &self.share.xattrs)?.1)
+    }
+
+    /// Metadata of `name` in this directory, or `None` if it is to be hidden.
+    fn entry_info(&self, name: &str, d_type: u8) -> Result<Option<FileInfo>, FsError> {
+        let cname = sys::cstr(name).map_err(|_| FsError::InvalidName(name.into()))?;
+        let opened = if d_type == libc::DT_REG || d_type == libc::DT_DIR {
+            sys::openat(
+                self.dir.as_fd(),
+                &cname,
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+                0,
+            )
+        } else {
+            // Symlinks (followed, but only beneath the root) and unknown types.
+            let mut comps = self.path.clone();
+            comps.push(name.to_string());
+            let path = resolve::rel_path(&comps)?;
+            sys::openat_beneath(
+                self.share.root.as_fd(),
+                &path,
+                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+                0,
+            )
+        };
+        let fd = match opened {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+                // Unreadable to us: report what stat says, with default attributes.
+                return Ok(sys::lstat_at(self.dir.as_fd(), &cname)
+                    .ok()
+                    .filter(|st| st.is_dir() || st.is_file())
+                    .map(|st| attrs::file_info(&st, &attrs::Stored::default())));
+            }
+            // Vanished since readdir, dangling or escaping symlink, fifo, ...: hide it.
+            Err(_) => return Ok(None),
+        };
+        let (st, info) = attrs::info_of(fd.as_fd(), &self.share.xattrs)?;
+        Ok((st.is_dir() || st.is_file()).then_some(info))
+    }
+
+    fn next_from_disk(&mut self) -> Result<Option<DirEntry>, FsError> {
+        if let Some(name) = self.literal.clone() {
+            self.phase = Phase::Done;
+            if validate_component(&name).is_err() {
+                return Ok(None);
+            }
+            let Some(stored) = resolve::lookup(&self.share.names, self.dir.as_fd(), &name)? else {
+                return Ok(None);
+            };
+            return Ok(self
+                .entry_info(&stored, libc::DT_UNKNOWN)?
+                .map(|info| DirEntry { name: stored, info }));
+        }
+        if self.stream.is_none() {
+            self.stream = Some(
+                sys::DirStream::open(self.dir.as_fd())
+                    .map_err(|e| FsError::from_io("open directory", e))?,
+            );
+        }
+        loop {
+            let Some(stream) = self.stream.as_mut() else {
+                return Ok(None);
+            };
+            let Some(raw) = stream
+                .next_entry()
+                .map_err(|e| FsError::from_io("read directory", e))?
+            else {
+                self.phase = Phase::Done;
+                return Ok(None);
+            };
+            let Ok(name) = raw.name.into_string() else {
+                continue;
+            };
+            if validate_component(&name).is_err() || !self.pattern.matches(&name) {
+                continue;
+            }
+            if let Some(info) = self.entry_info(&name, raw.d_type)? {
+                return Ok(Some(DirEntry { name, info }));
+            }
+        }
+    }
+}
+
+impl DirCursor for PosixDirCursor {
+    fn next_entry(&mut self) -> Result<Option<DirEntry>, FsError> {
+        if let Some(e) = self.pushed_back.pop() {
+            return Ok(Some(e));
+        }
+        loop {
+            match self.phase {
+                Phase::Dot => {
+                    self.phase = Phase::DotDot;
+                    if self.pattern.matches(".") {
+                        let info = attrs::info_of(self.dir.as_fd(), &self.share.xattrs)?.1;
+                        return Ok(Some(DirEntry {
+                            name: ".".into(),
+                            info,
+                        }));
+                    }
+                }
+                Phase::DotDot => {
+                    self.phase = Phase::Entries;
+                    if self.pattern.matches("..") {
+                        // The share root's parent is not visible: it reports the root itself.
+                        let parent = self
+                            .path
+                            .split_last()
+                            .map(|(_, p)| p.to_vec())
+                            .unwrap_or_default();
+                        let info = self.info_of_dir(&parent)?;
+                        return Ok(Some(DirEntry {
+                            name: "..".into(),
+                            info,
+                        }));
+                    }
+                }
+                Phase::Entries => return self.next_from_disk(),
+                Phase::Done => return Ok(None),
+            }
+        }
+    }
+
+    fn unread(&mut self, entry: DirEntry) {
+        self.pushed_back.push(entry);
+    }
+
+    fn restart(&mut self) -> Result<(), FsError> {
+        self.pushed_back.clear();
+        self.phase = Phase::Dot;
+        if let Some(stream) = self.stream.as_mut() {
+            stream.rewind();
+        }
+        Ok(())
+    }
+}

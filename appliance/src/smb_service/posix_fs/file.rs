@@ -1,0 +1,569 @@
+//! One open file or directory of a POSIX share ([`FsFile`]).
+//!
+//! Quota: growth is charged under the inode's size lock (write half) before a byte is
+//! written, in-place writes take the read half so a concurrent truncate cannot turn them
+//! into uncharged growth, and a failed extending write is cut back to the old size with its
+//! charge released, so an unacknowledged write leaves nothing behind past the old end.
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Mutex, RwLock};
+
+use quarry_smb::vfs::names::split_path;
+use quarry_smb::vfs::{
+    attr, filetime_to_unix, AllocatedRange, BasicInfoChange, DirCursor, FileInfo, FsError, FsFile,
+};
+
+use super::attrs;
+use super::dir::PosixDirCursor;
+use super::resolve;
+use super::sys;
+use super::ShareInner;
+
+/// Largest end-of-file accepted (the `off_t` range).
+const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+/// Chunk of zeros written when the file system cannot punch holes.
+const ZERO_CHUNK: usize = 64 * 1024;
+
+/// An open file or directory.
+pub struct PosixFile {
+    share: Arc<ShareInner>,
+    file: File,
+    dev: u64,
+    ino: u64,
+    is_dir: bool,
+    writable: bool,
+    write_through: bool,
+    /// Stored path components from the share root (updated by rename).
+    path: Mutex<Vec<String>>,
+    size_lock: Arc<RwLock<()>>,
+}
+
+fn io_err(context: &str) -> impl FnOnce(std::io::Error) -> FsError + '_ {
+    move |e| FsError::from_io(context, e)
+}
+
+impl PosixFile {
+    /// Wraps an opened descriptor.
+    pub(crate) fn new(
+        share: Arc<ShareInner>,
+        fd: OwnedFd,
+        path: Vec<String>,
+        writable: bool,
+        write_through: bool,
+    ) -> Result<PosixFile, FsError> {
+        let st = sys::fstat(fd.as_fd()).map_err(io_err("stat"))?;
+        let size_lock = share.size_locks.get((st.dev, st.ino));
+        Ok(PosixFile {
+            share,
+            file: File::from(fd),
+            dev: st.dev,
+            ino: st.ino,
+            is_dir: st.is_dir(),
+            writable,
+            write_through,
+            path: Mutex::new(path),
+            size_lock,
+        })
+    }
+
+    /// Current metadata.
+    pub(crate) fn current_info(&self) -> Result<FileInfo, FsError> {
+        Ok(attrs::info_of(self.file.as_fd(), &self.share.xattrs)?.1)
+    }
+
+    /// The open's current path components. The kernel's view (`/proc/self/fd`) wins, so a
+    /// rename of a parent directory, by this share or anyone else, is followed; the path
+    /// recorded at open/rename is the fallback (no procfs, or the file was deleted).
+    fn components(&self) -> Vec<String> {
+        let mut stored = self.path.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(live) = live_components(self.share.root.as_fd(), self.file.as_fd()) {
+            if *stored != live {
+                *stored = live;
+            }
+        }
+        stored.clone()
+    }
+
+    fn size(&self) -> Result<u64, FsError> {
+        Ok(sys::fstat(self.file.as_fd()).map_err(io_err("stat"))?.size)
+    }
+
+    fn check_writable(&self) -> Result<(), FsError> {
+        if self.share.config.read_only {
+            return Err(FsError::AccessDenied("read-only share".into()));
+        }
+        if self.is_dir {
+            return Err(FsError::IsDirectory);
+        }
+        if !self.writable {
+            return Err(FsError::AccessDenied("not opened for writing".into()));
+        }
+        Ok(())
+    }
+
+    fn sync_data(&self) -> Result<(), FsError> {
+        self.file.sync_data().map_err(io_err("fdatasync"))
+    }
+
+    /// Sets the size to `new` under the size lock, charging growth first and releasing
+    /// shrinkage after.
+    fn resize(&self, new: u64) -> Result<(), FsError> {
+        if new > MAX_FILE_SIZE {
+            return Err(FsError::InvalidParameter("end of file beyond 2^63".into()));
+        }
+        let _g = self.size_lock.write().unwrap_or_else(|p| p.into_inner());
+        let old = self.size()?;
+        if new > old {
+            let grow = new - old;
+            self.share
+                .quota
+                .try_charge(grow)
+                .map_err(|e| FsError::DiskFull(e.to_string()))?;
+            if let Err(e) = self.file.set_len(new) {
+                self.share.quota.release(grow);
+                return Err(FsError::from_io("extend", e));
+            }
+        } else if new < old {
+            self.file.set_len(new).map_err(io_err("truncate"))?;
+            self.share.quota.release(old - new);
+        }
+        Ok(())
+    }
+
+    /// CREATE with SUPERSEDE/OVERWRITE(_IF): empties the file and resets its attributes to
+    /// the requested ones plus ARCHIVE.
+    pub(crate) fn truncate_for_overwrite(&self, attributes: u32) -> Result<(), FsError> {
+        self.resize(0)?;
+        let stored = (attributes & attr::SETTABLE) | attr::ARCHIVE;
+        attrs::write_attributes(self.file.as_fd(), stored, &self.share.xattrs)
+    }
+
+    /// Opens the parent directory of this open's current path and checks that the name
+    /// there still is this file (not replaced behind our back).
+    fn parent_and_name(&self) -> Result<(OwnedFd, Vec<String>, String), FsError> {
+        let comps = self.components();
+        let Some((name, parent)) = comps.split_last() else {
+            return Err(FsError::CannotDelete("the share root".into()));
+        };
+        let parent_fd = resolve::open_beneath(
+            self.share.root.as_fd(),
+            parent,
+            libc::O_PATH | libc::O_DIRECTORY,
+            true,
+        )?;
+        let cname = sys::cstr(name).map_err(|_| FsError::InvalidName(name.clone()))?;
+        let st = sys::lstat_at(parent_fd.as_fd(), &cname)
+            .map_err(|e| FsError::from_io(format!("stat {name:?}"), e))?;
+        if (st.dev, st.ino) != (self.dev, self.ino) {
+            return Err(FsError::NotFound(format!("{name:?} was replaced")));
+        }
+        Ok((parent_fd, parent.to_vec(), name.clone()))
+    }
+
+    fn is_empty_dir(&self) -> Result<bool, FsError> {
+        let mut stream =
+            sys::DirStream::open(self.file.as_fd()).map_err(io_err("open directory"))?;
+        Ok(stream
+            .next_entry()
+            .map_err(io_err("read directory"))?
+            .is_none())
+    }
+}
+
+/// The path of `fd` relative to the share root according to procfs, if it lies beneath it
+/// and is still linked.
+fn live_components(root: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> Option<Vec<String>> {
+    let link =
+        |fd: BorrowedFd<'_>| std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok();
+    let (root_path, path) = (link(root)?, link(fd)?);
+    // A deleted file's link reads "name (deleted)": not a usable path.
+    if path.to_str().is_none_or(|p| p.ends_with(" (deleted)")) {
+        return None;
+    }
+    let rel = path.strip_prefix(&root_path).ok()?;
+    rel.components()
+        .map(|c| match c {
+            std::path::Component::Normal(s) => s.to_str().map(str::to_string),
+            _ => None,
+        })
+        .collect()
+}
+
+impl FsFile for PosixFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, FsError> {
+        if self.is_dir {
+            return Err(FsError::IsDirectory);
+        }
+        if offset > MAX_FILE_SIZE {
+            return Ok(0);
+        }
+        let mut done = 0;
+        while done < buf.len() {
+            let Some(rest) = buf.get_mut(done..) else {
+                break;
+            };
+            match self.file.read_at(rest, offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(FsError::from_io("read", e)),
+            }
+        }
+        Ok(done)
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8], write_through: bool) -> Result<usize, FsError> {
+        self.check_writable()?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|e| *e <= MAX_FILE_SIZE)
+            .ok_or_else(|| FsError::InvalidParameter("write beyond 2^63".into()))?;
+        let in_place = {
+            let _g = self.size_lock.read().unwrap_or_else(|p| p.into_inner());
+            if end <= self.size()? {
+                self.file
+                    .write_all_at(data, offset)
+                    .map_err(io_err("write"))?;
+                true
+            } else {
+                false
+            }
+        };
+        if !in_place {
+            let _g = self.size_lock.write().unwrap_or_else(|p| p.into_inner());
+            let old = self.size()?;
+            let grow = end.saturating_sub(old);
+            if grow > 0 {
+                self.share
+                    .quota
+                    .try_charge(grow)
+                    .map_err(|e| FsError::DiskFull(e.to_string()))?;
+            }
+            if let Err(e) = self.file.write_all_at(data, offset) {
+                if grow > 0 {
+                    // Bytes past the old end belong to this failed write only: drop them.
+                    if let Err(cut) = self.file.set_len(old) {
+                        tracing::warn!(error = %cut, "could not cut back a failed extending write");
+                    }
+                    self.share.quota.release(grow);
+                }
+                return Err(FsError::from_io("write", e));
+            }
+        }
+        if write_through || self.write_through {
+            self.sync_data()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&self) -> Result<(), FsError> {
+        if self.is_dir {
+            return self.file.sync_all().map_err(io_err("fsync directory"));
+        }
+        self.sync_data()
+    }
+
+    fn info(&self) -> Result<FileInfo, FsError> {
+        self.current_info()
+    }
+
+    fn path(&self) -> String {
+        self.components().join("\\")
+    }
+
+    fn set_basic_info(&self, change: &BasicInfoChange) -> Result<(), FsError> {
+        if self.share.config.read_only {
+            return Err(FsError::AccessDenied("read-only share".into()));
+        }
+        let fd = self.file.as_fd();
+        if let Some(a) = change.attributes {
+            // MS-FSA 2.1.5.14.2.
+            if self.is_dir && a & attr::TEMPORARY != 0 {
+                return Err(FsError::InvalidParameter(
+                    "a directory cannot be temporary".into(),
+                ));
+            }
+            if !self.is_dir && a & attr::DIRECTORY != 0 {
+                return Err(FsError::InvalidParameter(
+                    "a file cannot become a directory".into(),
+                ));
+            }
+            let current = attrs::read_stored(fd, &self.share.xattrs)
+                .attributes
+                .unwrap_or(0);
+            let keep_sparse = current & attr::SPARSE_FILE;
+            attrs::write_attributes(fd, (a & attr::SETTABLE) | keep_sparse, &self.share.xattrs)?;
+        }
+        if let Some(t) = change.creation_time {
+            attrs::write_creation_time(fd, t, &self.share.xattrs)?;
+        }
+        let atime = change.last_access_time.map(filetime_to_unix);
+        let mtime = change.last_write_time.map(filetime_to_unix);
+        if atime.is_some() || mtime.is_some() {
+            sys::futimens(fd, atime, mtime).map_err(io_err("set times"))?;
+        }
+        Ok(())
+    }
+
+    fn set_end_of_file(&self, size: u64) -> Result<(), FsError> {
+        self.check_writable()?;
+        self.resize(size)
+    }
+
+    fn set_allocation_size(&self, size: u64) -> Result<(), FsError> {
+        self.check_writable()?;
+        if size < self.size()? {
+            self.resize(size)?;
+        }
+        Ok(())
+    }
+
+    fn rename(&self, new_path: &str, replace_if_exists: bool) -> Result<(), FsError> {
+        if self.share.config.read_only {
+            return Err(FsError::AccessDenied("read-only share".into()));
+        }
+        let comps = split_path(new_path)?;
+        if comps.is_empty() {
+            return Err(FsError::AccessDenied(
+                "cannot rename onto the share root".into(),
+            ));
+        }
+        let (old_parent_fd, _old_parent, old_name) = self.parent_and_name()?;
+        let root = self.share.root.as_fd();
+        let target = resolve::locate(&self.share.names, root, &comps)?;
+        let requested = comps.last().copied().unwrap_or_default();
+        let old_c = sys::cstr(&old_name).map_err(|_| FsError::InvalidName(old_name.clone()))?;
+        let req_c = sys::cstr(requested).map_err(|_| FsError::InvalidName(requested.into()))?;
+        let mut released = 0;
+        if target.exists {
+            let stored_c =
+                sys::cstr(&target.name).map_err(|_| FsError::InvalidName(target.name.clone()))?;
+            let tst = sys::lstat_at(target.parent_fd.as_fd(), &stored_c)
+                .map_err(|e| FsError::from_io("stat rename target", e))?;
+            let same_file = (tst.dev, tst.ino) == (self.dev, self.ino);
+            if same_file {
+                // A case change (or a no-op): rename the stored name to the requested spelling.
+                if target.name != requested {
+                    sys::renameat(
+                        old_parent_fd.as_fd(),
+                        &old_c,
+                        target.parent_fd.as_fd(),
+                        &req_c,
+                        false,
+                    )
+                    .map_err(|e| FsError::from_io("rename", e))?;
+                    self.share
+                        .names
+                        .note_removed(old_parent_fd.as_fd(), &old_name);
+                    self.share
+                        .names
+                        .note_added(target.parent_fd.as_fd(), requested);
+                }
+                *self.path.lock().unwrap_or_else(|p| p.into_inner()) = {
+                    let mut v = target.parent.clone();
+                    v.push(requested.to_string());
+                    v
+                };
+                return Ok(());
+            }
+            if !replace_if_exists {
+                return Err(FsError::Exists(new_path.to_string()));
+            }
+            if tst.is_dir() {
+                return Err(FsError::AccessDenied("cannot replace a directory".into()));
+            }
+            if tst.is_file() && tst.nlink <= 1 {
+                released = tst.size;
+            }
+            // Replace atomically under the stored name, then adopt the requested spelling.
+            sys::renameat(
+                old_parent_fd.as_fd(),
+                &old_c,
+                target.parent_fd.as_fd(),
+                &stored_c,
+                true,
+            )
+            .map_err(|e| FsError::from_io("rename", e))?;
+            if target.name != requested {
+                sys::renameat(
+                    target.parent_fd.as_fd(),
+                    &stored_c,
+                    target.parent_fd.as_fd(),
+                    &req_c,
+                    false,
+                )
+                .map_err(|e| FsError::from_io("rename (case)", e))?;
+                self.share
+                    .names
+                    .note_removed(target.parent_fd.as_fd(), &target.name);
+            }
+        } else {
+            sys::renameat(
+                old_parent_fd.as_fd(),
+                &old_c,
+                target.parent_fd.as_fd(),
+                &req_c,
+                false,
+            )
+            .map_err(|e| FsError::from_io("rename", e))?;
+        }
+        self.share.quota.release(released);
+        self.share
+            .names
+            .note_removed(old_parent_fd.as_fd(), &old_name);
+        self.share
+            .names
+            .note_added(target.parent_fd.as_fd(), requested);
+        let mut new_comps = target.parent;
+        new_comps.push(requested.to_string());
+        *self.path.lock().unwrap_or_else(|p| p.into_inner()) = new_comps;
+        Ok(())
+    }
+
+    fn check_deletable(&self) -> Result<(), FsError> {
+        if self.share.config.read_only {
+            return Err(FsError::AccessDenied("read-only share".into()));
+        }
+        if self.components().is_empty() {
+            return Err(FsError::CannotDelete("the share root".into()));
+        }
+        let info = self.current_info()?;
+        if info.attributes & attr::READONLY != 0 {
+            return Err(FsError::CannotDelete("read-only attribute".into()));
+        }
+        if self.is_dir && !self.is_empty_dir()? {
+            return Err(FsError::NotEmpty);
+        }
+        Ok(())
+    }
+
+    fn unlink(&self) -> Result<(), FsError> {
+        if self.share.config.read_only {
+            return Err(FsError::AccessDenied("read-only share".into()));
+        }
+        let (parent_fd, _parent, name) = self.parent_and_name()?;
+        let cname = sys::cstr(&name).map_err(|_| FsError::InvalidName(name.clone()))?;
+        let _g = self.size_lock.write().unwrap_or_else(|p| p.into_inner());
+        let st = sys::fstat(self.file.as_fd()).map_err(io_err("stat"))?;
+        sys::unlinkat(parent_fd.as_fd(), &cname, self.is_dir)
+            .map_err(|e| FsError::from_io(format!("delete {name:?}"), e))?;
+        if st.is_file() && st.nlink <= 1 {
+            self.share.quota.release(st.size);
+        }
+        if self.is_dir {
+            self.share.names.forget(self.file.as_fd());
+        }
+        self.share.names.note_removed(parent_fd.as_fd(), &name);
+        Ok(())
+    }
+
+    fn list_dir(&self, pattern: &str) -> Result<Box<dyn DirCursor>, FsError> {
+        if !self.is_dir {
+            return Err(FsError::NotDirectory);
+        }
+        let fd = self
+            .file
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(io_err("dup directory"))?;
+        Ok(Box::new(PosixDirCursor::new(
+            self.share.clone(),
+            fd,
+            self.components(),
+            pattern,
+        )?))
+    }
+
+    fn set_sparse(&self, sparse: bool) -> Result<(), FsError> {
+        if self.is_dir {
+            return Err(FsError::InvalidParameter(
+                "directories cannot be sparse".into(),
+            ));
+        }
+        if self.share.config.read_only {
+            return Err(FsError::AccessDenied("read-only share".into()));
+        }
+        let fd = self.file.as_fd();
+        let stored = attrs::read_stored(fd, &self.share.xattrs);
+        let current = stored
+            .attributes
+            .unwrap_or_else(|| attrs::default_attributes(false));
+        let new = if sparse {
+            current | attr::SPARSE_FILE
+        } else {
+            current & !attr::SPARSE_FILE
+        };
+        attrs::write_attributes(fd, new, &self.share.xattrs)
+    }
+
+    fn zero_data(&self, offset: u64, length: u64) -> Result<(), FsError> {
+        self.check_writable()?;
+        let _g = self.size_lock.read().unwrap_or_else(|p| p.into_inner());
+        let size = self.size()?;
+        let end = offset.saturating_add(length).min(size);
+        if offset >= end {
+            return Ok(());
+        }
+        match sys::punch_hole(self.file.as_fd(), offset, end - offset) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                let zeros = vec![0u8; ZERO_CHUNK];
+                let mut pos = offset;
+                while pos < end {
+                    let n = usize::try_from(end - pos)
+                        .unwrap_or(ZERO_CHUNK)
+                        .min(ZERO_CHUNK);
+                    let chunk = zeros.get(..n).unwrap_or(&zeros);
+                    self.file
+                        .write_all_at(chunk, pos)
+                        .map_err(io_err("zero data"))?;
+                    pos += n as u64;
+                }
+                Ok(())
+            }
+            Err(e) => Err(FsError::from_io("punch hole", e)),
+        }
+    }
+
+    fn allocated_ranges(
+        &self,
+        offset: u64,
+        length: u64,
+        max_ranges: usize,
+    ) -> Result<(Vec<AllocatedRange>, bool), FsError> {
+        if self.is_dir {
+            return Err(FsError::InvalidParameter("directories have no data".into()));
+        }
+        let fd = self.file.as_fd();
+        let end = offset.saturating_add(length).min(self.size()?);
+        let mut ranges = Vec::new();
+        let mut pos = offset;
+        while pos < end {
+            let Some(data) = sys::seek_data_or_hole(fd, pos, true).map_err(io_err("SEEK_DATA"))?
+            else {
+                break;
+            };
+            if data >= end {
+                break;
+            }
+            let hole = sys::seek_data_or_hole(fd, data, false)
+                .map_err(io_err("SEEK_HOLE"))?
+                .unwrap_or(end)
+                .min(end);
+            if ranges.len() == max_ranges {
+                return Ok((ranges, true));
+            }
+            ranges.push(AllocatedRange {
+                offset: data,
+                length: hole - data,
+            });
+            pos = hole;
+        }
+        Ok((ranges, false))
+    }
+}

@@ -1,0 +1,385 @@
+//! The SMB server's storage, implemented over a share's directory on a POSIX file system
+//! ([`quarry_smb::vfs::ShareFs`]).
+//!
+//! Map:
+//! - [`sys`]: the Linux system calls (`openat2`, `statx`, xattrs, `renameat2`, ...).
+//! - [`resolve`]: confinement beneath the share root and case-insensitive name lookup with a
+//!   bounded per-directory cache.
+//! - [`attrs`]: DOS attributes and creation time in `user.` xattrs; `FileInfo`.
+//! - [`file`]: one open file or directory (`FsFile`): I/O with quota charging, set-info,
+//!   rename, delete, sparse ranges.
+//! - [`dir`]: directory enumeration cursors.
+//!
+//! Invariants: every path the client names is validated by `quarry_smb::vfs::names` and then
+//! opened with `RESOLVE_BENEATH` from the root descriptor, so nothing outside the share is
+//! reachable, symlinks included; the share's quota is charged before a file grows and
+//! released when it shrinks or is deleted.
+
+pub mod attrs;
+pub mod dir;
+pub mod file;
+pub mod resolve;
+pub mod sys;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use quarry_smb::vfs::names::split_path;
+use quarry_smb::vfs::{
+    attr, create_options, fs_attr, CreateAction, CreateDisposition, CreateRequest, FsError, FsInfo,
+    Opened, ShareFs,
+};
+
+use crate::pool::ShareQuota;
+use attrs::XattrSupport;
+use file::PosixFile;
+use resolve::{Located, NameCache};
+
+/// Mode of files this share creates (before the process umask).
+const NEW_FILE_MODE: u32 = 0o666;
+/// Mode of directories this share creates (before the process umask).
+const NEW_DIR_MODE: u32 = 0o777;
+/// Logical sector size reported to clients.
+const BYTES_PER_SECTOR: u32 = 512;
+/// Longest component name, in characters, reported to clients.
+const MAX_COMPONENT_NAME: u32 = 255;
+/// File-system name reported to clients ("NTFS" unlocks their full feature set).
+const FS_NAME: &str = "NTFS";
+/// The size-lock table is swept of dead entries when it grows past this many.
+const SIZE_LOCK_SWEEP_AT: usize = 4096;
+
+/// Per-share settings of the POSIX implementation.
+#[derive(Debug, Clone, Default)]
+pub struct PosixShareConfig {
+    /// Volume label reported by FileFsVolumeInformation (the share name).
+    pub label: String,
+    /// Refuse every change (defence in depth; the server refuses write access first).
+    pub read_only: bool,
+}
+
+/// Per-inode locks that order size changes (extending writes, truncates) against each other
+/// and against in-place writes, across every open of the file, so the quota is charged
+/// exactly once for each byte of growth.
+#[derive(Default)]
+pub struct SizeLocks {
+    map: Mutex<HashMap<InodeKey, Weak<RwLock<()>>>>,
+}
+
+/// (device, inode): the identity of a file across its names and opens.
+type InodeKey = (u64, u64);
+
+impl SizeLocks {
+    fn get(&self, key: InodeKey) -> Arc<RwLock<()>> {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(lock) = map.get(&key).and_then(Weak::upgrade) {
+            return lock;
+        }
+        if map.len() >= SIZE_LOCK_SWEEP_AT {
+            map.retain(|_, w| w.strong_count() > 0);
+        }
+        let lock = Arc::new(RwLock::new(()));
+        map.insert(key, Arc::downgrade(&lock));
+        lock
+    }
+}
+
+/// State shared by a share and all its open files.
+pub struct ShareInner {
+    /// The share root, opened `O_RDONLY | O_DIRECTORY`: the anchor of every `openat2`.
+    pub(crate) root: OwnedFd,
+    pub(crate) quota: Arc<ShareQuota>,
+    pub(crate) config: PosixShareConfig,
+    pub(crate) names: NameCache,
+    pub(crate) xattrs: XattrSupport,
+    pub(crate) size_locks: SizeLocks,
+}
+
+/// One share's files, served from its directory.
+#[derive(Clone)]
+pub struct PosixShareFs {
+    inner: Arc<ShareInner>,
+}
+
+impl PosixShareFs {
+    /// Opens the share rooted at `root` (which must exist), charging growth to `quota`.
+    /// Fails if the kernel lacks `openat2` (Linux < 5.6): without it paths cannot be confined.
+    pub fn open(
+        root: &Path,
+        quota: Arc<ShareQuota>,
+        config: PosixShareConfig,
+    ) -> Result<PosixShareFs, FsError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(root)
+            .map_err(|e| FsError::from_io(format!("open share root {}", root.display()), e))?;
+        let root_fd = OwnedFd::from(dir);
+        sys::openat_beneath(root_fd.as_fd(), c".", libc::O_PATH | libc::O_DIRECTORY, 0)
+            .map_err(|e| FsError::from_io("openat2 probe (kernel 5.6 or later is required)", e))?;
+        Ok(PosixShareFs {
+            inner: Arc::new(ShareInner {
+                root: root_fd,
+                quota,
+                config,
+                names: NameCache::default(),
+                xattrs: XattrSupport::default(),
+                size_locks: SizeLocks::default(),
+            }),
+        })
+    }
+
+    fn open_root(&self, req: &CreateRequest<'_>) -> Result<Opened, FsError> {
+        use CreateDisposition::*;
+        if req.options & create_options::NON_DIRECTORY_FILE != 0 {
+            return Err(FsError::IsDirectory);
+        }
+        match req.disposition {
+            Open | OpenIf => {}
+            Create => return Err(FsError::Exists("share root".into())),
+            Supersede | Overwrite | OverwriteIf => {
+                return Err(FsError::InvalidParameter(
+                    "cannot overwrite a directory".into(),
+                ))
+            }
+        }
+        let fd = resolve::open_beneath(
+            self.inner.root.as_fd(),
+            &[],
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            true,
+        )?;
+        let file = PosixFile::new(self.inner.clone(), fd, Vec::new(), false, false)?;
+        let info = file.current_info()?;
+        Ok(Opened {
+            file: Box::new(file),
+            action: CreateAction::Opened,
+            info,
+        })
+    }
+
+    fn open_existing(&self, loc: &Located, req: &CreateRequest<'_>) -> Result<Opened, FsError> {
+        use CreateDisposition::*;
+        let truncate = matches!(req.disposition, Supersede | Overwrite | OverwriteIf);
+        let want_write = req.write || truncate;
+        if want_write && self.inner.config.read_only {
+            return Err(FsError::AccessDenied("read-only share".into()));
+        }
+        let comps = loc.components();
+        let root = self.inner.root.as_fd();
+        let rw = if want_write {
+            libc::O_RDWR
+        } else {
+            libc::O_RDONLY
+        };
+        let fd = match resolve::open_beneath(root, &comps, rw | libc::O_NONBLOCK, false) {
+            Err(FsError::IsDirectory) => {
+                resolve::open_beneath(root, &comps, libc::O_RDONLY | libc::O_DIRECTORY, false)?
+            }
+            other => other?,
+        };
+        let (st, info) = attrs::info_of(fd.as_fd(), &self.inner.xattrs)?;
+        if !st.is_dir() && !st.is_file() {
+            return Err(FsError::UnsupportedType);
+        }
+        if st.is_dir() {
+            if req.options & create_options::NON_DIRECTORY_FILE != 0 {
+                return Err(FsError::IsDirectory);
+            }
+            if truncate {
+                return Err(FsError::InvalidParameter(
+                    "cannot overwrite a directory".into(),
+                ));
+            }
+        } else if req.options & create_options::DIRECTORY_FILE != 0 {
+            return Err(FsError::NotDirectory);
+        }
+        if want_write && !st.is_dir() && info.attributes & attr::READONLY != 0 {
+            return Err(FsError::AccessDenied(
+                "file has the read-only attribute".into(),
+            ));
+        }
+        // MS-FSA 2.1.5.1.2.1: replacing a hidden or system file must say so.
+        let kept = info.attributes & (attr::HIDDEN | attr::SYSTEM);
+        if truncate && kept & !req.attributes != 0 {
+            return Err(FsError::AccessDenied(
+                "overwrite must keep HIDDEN/SYSTEM".into(),
+            ));
+        }
+        let write_through = req.options & create_options::WRITE_THROUGH != 0;
+        let file = PosixFile::new(
+            self.inner.clone(),
+            fd,
+            comps,
+            want_write && !st.is_dir(),
+            write_through,
+        )?;
+        let action = match req.disposition {
+            Supersede => CreateAction::Superseded,
+            Overwrite | OverwriteIf => CreateAction::Overwritten,
+            Open | OpenIf | Create => CreateAction::Opened,
+        };
+        if truncate {
+            file.truncate_for_overwrite(req.attributes)?;
+        }
+        let info = file.current_info()?;
+        Ok(Opened {
+            file: Box::new(file),
+            action,
+            info,
+        })
+    }
+
+    fn create_new(&self, loc: &Located, req: &CreateRequest<'_>) -> Result<Opened, FsError> {
+        if self.inner.config.read_only {
+            return Err(FsError::AccessDenied("read-only share".into()));
+        }
+        let parent = loc.parent_fd.as_fd();
+        let cname = sys::cstr(&loc.name).map_err(|_| FsError::InvalidName(loc.name.clone()))?;
+        let is_dir = req.options & create_options::DIRECTORY_FILE != 0;
+        let fd = if is_dir {
+            sys::mkdirat(parent, &cname, NEW_DIR_MODE)
+                .map_err(|e| FsError::from_io(format!("mkdir {:?}", loc.name), e))?;
+            sys::openat(
+                parent,
+                &cname,
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+                0,
+            )
+            .map_err(|e| FsError::from_io(format!("open new directory {:?}", loc.name), e))?
+        } else {
+            let flags = libc::O_CREAT
+                | libc::O_EXCL
+                | libc::O_RDWR
+                | libc::O_NOFOLLOW
+                | libc::O_NONBLOCK
+                | libc::O_NOCTTY;
+            sys::openat(parent, &cname, flags, NEW_FILE_MODE)
+                .map_err(|e| FsError::from_io(format!("create {:?}", loc.name), e))?
+        };
+        self.inner.names.note_added(parent, &loc.name);
+        let requested = req.attributes & attr::SETTABLE;
+        let stored = if is_dir {
+            requested
+        } else {
+            requested | attr::ARCHIVE
+        };
+        if stored != attrs::default_attributes(is_dir) & attr::SETTABLE {
+            attrs::write_attributes(fd.as_fd(), stored, &self.inner.xattrs)?;
+        }
+        let write_through = req.options & create_options::WRITE_THROUGH != 0;
+        let file = PosixFile::new(
+            self.inner.clone(),
+            fd,
+            loc.components(),
+            !is_dir,
+            write_through,
+        )?;
+        let info = file.current_info()?;
+        Ok(Opened {
+            file: Box::new(file),
+            action: CreateAction::Created,
+            info,
+        })
+    }
+}
+
+impl ShareFs for PosixShareFs {
+    fn create(&self, req: &CreateRequest<'_>) -> Result<Opened, FsError> {
+        use CreateDisposition::*;
+        let dir_only = req.options & create_options::DIRECTORY_FILE != 0;
+        if dir_only && req.options & create_options::NON_DIRECTORY_FILE != 0 {
+            return Err(FsError::InvalidParameter(
+                "DIRECTORY_FILE with NON_DIRECTORY_FILE".into(),
+            ));
+        }
+        if dir_only && !matches!(req.disposition, Create | Open | OpenIf) {
+            return Err(FsError::InvalidParameter(
+                "directories can only be opened or created".into(),
+            ));
+        }
+        if dir_only && req.attributes & attr::TEMPORARY != 0 {
+            return Err(FsError::InvalidParameter(
+                "a directory cannot be temporary".into(),
+            ));
+        }
+        let comps = split_path(req.path)?;
+        if comps.is_empty() {
+            return self.open_root(req);
+        }
+        let loc = resolve::locate(&self.inner.names, self.inner.root.as_fd(), &comps)?;
+        if loc.exists {
+            return match req.disposition {
+                Create => Err(FsError::Exists(req.path.to_string())),
+                _ => self.open_existing(&loc, req),
+            };
+        }
+        match req.disposition {
+            Open | Overwrite => Err(FsError::NotFound(req.path.to_string())),
+            Create => self.create_new(&loc, req),
+            Supersede | OpenIf | OverwriteIf => match self.create_new(&loc, req) {
+                // Lost a race with another creator: open what they made.
+                Err(FsError::Exists(_)) => {
+                    let again =
+                        resolve::locate(&self.inner.names, self.inner.root.as_fd(), &comps)?;
+                    self.open_existing(&again, req)
+                }
+                other => other,
+            },
+        }
+    }
+
+    fn fs_info(&self) -> Result<FsInfo, FsError> {
+        let root = self.inner.root.as_fd();
+        let vfs = sys::fstatvfs(root).map_err(|e| FsError::from_io("statvfs share root", e))?;
+        let (st, info) = attrs::info_of(root, &self.inner.xattrs)?;
+        let disk_total = vfs.blocks.saturating_mul(vfs.frsize);
+        let disk_free = vfs.bavail.saturating_mul(vfs.frsize);
+        let (total_bytes, free_bytes) = match self.inner.quota.limit() {
+            Some(limit) => (
+                limit,
+                limit.saturating_sub(self.inner.quota.used()).min(disk_free),
+            ),
+            None => (disk_total, disk_free),
+        };
+        let unit = u32::try_from(vfs.frsize)
+            .unwrap_or(4096)
+            .max(BYTES_PER_SECTOR);
+        Ok(FsInfo {
+            total_bytes,
+            free_bytes,
+            bytes_per_sector: BYTES_PER_SECTOR,
+            sectors_per_unit: unit / BYTES_PER_SECTOR,
+            label: self.inner.config.label.clone(),
+            serial: volume_serial(vfs.fsid, st.dev, st.ino),
+            created: info.creation_time,
+            fs_attributes: fs_attr::CASE_PRESERVED_NAMES
+                | fs_attr::UNICODE_ON_DISK
+                | fs_attr::SUPPORTS_SPARSE_FILES,
+            max_name_len: MAX_COMPONENT_NAME,
+            fs_name: FS_NAME.to_string(),
+        })
+    }
+}
+
+/// A stable 32-bit volume serial from the file system id and the share root's identity
+/// (FNV-1a over their bytes).
+fn volume_serial(fsid: u64, dev: u64, ino: u64) -> u32 {
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = FNV_OFFSET;
+    for b in fsid
+        .to_le_bytes()
+        .iter()
+        .chain(&dev.to_le_bytes())
+        .chain(&ino.to_le_bytes())
+    {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(FNV_PRIME);
+    }
+    (h ^ (h >> 32)) as u32
+}

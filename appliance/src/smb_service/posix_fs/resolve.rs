@@ -1,0 +1,279 @@
+//! Path resolution beneath the share root, case-insensitively.
+//!
+//! Every open goes through `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` from the
+//! share's root descriptor, so `..`, absolute symlinks and symlinks leading out of the share
+//! fail in the kernel (EXDEV → ACCESS_DENIED) whatever the name validation let through.
+//!
+//! Names are looked up exactly first; on a miss, the directory is scanned and compared
+//! case-folded. The folded scan is cached per directory ([`NameCache`]), keyed by the
+//! directory's identity and validated by its mtime, and updated in place by this share's own
+//! creates, renames and deletes.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::CString;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Mutex;
+
+use quarry_smb::vfs::names::fold;
+use quarry_smb::vfs::FsError;
+
+use super::sys;
+
+/// Directories whose folded name maps are kept.
+const MAX_CACHED_DIRS: usize = 64;
+/// A directory with more entries than this is not cached (it is scanned on every miss).
+const MAX_CACHED_DIR_ENTRIES: usize = 100_000;
+/// Names kept across all cached directories; the oldest directories are dropped beyond it.
+const MAX_CACHED_NAMES: usize = 200_000;
+
+/// Identity and version of a directory: (dev, ino) and its mtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DirVersion {
+    key: (u64, u64),
+    mtime: (i64, u32),
+}
+
+fn dir_version(dir: BorrowedFd<'_>) -> Result<DirVersion, FsError> {
+    let st = sys::fstat(dir).map_err(|e| FsError::from_io("stat directory", e))?;
+    Ok(DirVersion {
+        key: (st.dev, st.ino),
+        mtime: st.mtime,
+    })
+}
+
+/// Folded name → stored name of one directory.
+struct DirNames {
+    mtime: (i64, u32),
+    names: HashMap<String, String>,
+}
+
+#[derive(Default)]
+struct CacheState {
+    dirs: HashMap<(u64, u64), DirNames>,
+    order: VecDeque<(u64, u64)>,
+    total: usize,
+}
+
+impl CacheState {
+    fn remove(&mut self, key: (u64, u64)) {
+        if let Some(d) = self.dirs.remove(&key) {
+            self.total = self.total.saturating_sub(d.names.len());
+        }
+        self.order.retain(|k| *k != key);
+    }
+
+    fn insert(&mut self, key: (u64, u64), d: DirNames) {
+        self.remove(key);
+        self.total += d.names.len();
+        self.dirs.insert(key, d);
+        self.order.push_back(key);
+        while self.order.len() > MAX_CACHED_DIRS || self.total > MAX_CACHED_NAMES {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(d) = self.dirs.remove(&old) {
+                self.total = self.total.saturating_sub(d.names.len());
+            }
+        }
+    }
+}
+
+/// The bounded per-directory case-folded name cache of one share.
+#[derive(Default)]
+pub struct NameCache {
+    state: Mutex<CacheState>,
+}
+
+impl NameCache {
+    /// The stored spelling of `name` in `dir`, compared case-insensitively.
+    fn lookup_folded(&self, dir: BorrowedFd<'_>, name: &str) -> Result<Option<String>, FsError> {
+        let version = dir_version(dir)?;
+        let folded = fold(name);
+        if let Ok(state) = self.state.lock() {
+            if let Some(d) = state.dirs.get(&version.key) {
+                if d.mtime == version.mtime {
+                    return Ok(d.names.get(&folded).cloned());
+                }
+            }
+        }
+        let mut stream =
+            sys::DirStream::open(dir).map_err(|e| FsError::from_io("open directory", e))?;
+        let mut names = HashMap::new();
+        let mut cacheable = true;
+        let mut found = None;
+        while let Some(entry) = stream
+            .next_entry()
+            .map_err(|e| FsError::from_io("read directory", e))?
+        {
+            let Ok(stored) = entry.name.into_string() else {
+                continue;
+            };
+            let key = fold(&stored);
+            if found.is_none() && key == folded {
+                found = Some(stored.clone());
+            }
+            if cacheable {
+                names.entry(key).or_insert(stored);
+                if names.len() > MAX_CACHED_DIR_ENTRIES {
+                    cacheable = false;
+                    names = HashMap::new();
+                }
+            }
+        }
+        if cacheable {
+            if let Ok(mut state) = self.state.lock() {
+                state.insert(
+                    version.key,
+                    DirNames {
+                        mtime: version.mtime,
+                        names,
+                    },
+                );
+            }
+        }
+        Ok(found)
+    }
+
+    /// Records that `name` now exists in `dir` (after this share created or renamed it there).
+    pub fn note_added(&self, dir: BorrowedFd<'_>, name: &str) {
+        self.update(dir, |names| {
+            names.entry(fold(name)).or_insert_with(|| name.to_string());
+        });
+    }
+
+    /// Records that `name` no longer exists in `dir`.
+    pub fn note_removed(&self, dir: BorrowedFd<'_>, name: &str) {
+        self.update(dir, |names| {
+            let key = fold(name);
+            if names.get(&key).is_some_and(|stored| stored == name) {
+                names.remove(&key);
+            }
+        });
+    }
+
+    fn update(&self, dir: BorrowedFd<'_>, f: impl FnOnce(&mut HashMap<String, String>)) {
+        let Ok(version) = dir_version(dir) else {
+            return;
+        };
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        let mut drop_entry = false;
+        if let Some(d) = state.dirs.get_mut(&version.key) {
+            f(&mut d.names);
+            d.mtime = version.mtime;
+            drop_entry = d.names.len() > MAX_CACHED_DIR_ENTRIES;
+        }
+        if drop_entry {
+            state.remove(version.key);
+        } else {
+            state.total = state.dirs.values().map(|d| d.names.len()).sum();
+        }
+    }
+
+    /// Forgets a directory (e.g. after it was removed).
+    pub fn forget(&self, dir: BorrowedFd<'_>) {
+        if let (Ok(version), Ok(mut state)) = (dir_version(dir), self.state.lock()) {
+            state.remove(version.key);
+        }
+    }
+}
+
+/// The stored name of `name` in `dir`: the exact spelling if it exists, else a
+/// case-insensitive match, else `None`.
+pub fn lookup(
+    cache: &NameCache,
+    dir: BorrowedFd<'_>,
+    name: &str,
+) -> Result<Option<String>, FsError> {
+    let c = sys::cstr(name).map_err(|_| FsError::InvalidName(name.into()))?;
+    match sys::lstat_at(dir, &c) {
+        Ok(_) => Ok(Some(name.to_string())),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => cache.lookup_folded(dir, name),
+        Err(e) => Err(FsError::from_io(format!("lookup {name:?}"), e)),
+    }
+}
+
+/// A relative path (stored components) as the C string `openat2` takes; `.` for the root.
+pub fn rel_path(components: &[String]) -> Result<CString, FsError> {
+    let joined = if components.is_empty() {
+        ".".to_string()
+    } else {
+        components.join("/")
+    };
+    sys::cstr(&joined).map_err(|_| FsError::InvalidName(joined))
+}
+
+/// Opens `components` beneath `root` with `flags`, mapping errors for a path whose every
+/// component must exist (`missing_is_path` turns ENOENT/ENOTDIR into OBJECT_PATH_NOT_FOUND).
+pub fn open_beneath(
+    root: BorrowedFd<'_>,
+    components: &[String],
+    flags: libc::c_int,
+    missing_is_path: bool,
+) -> Result<OwnedFd, FsError> {
+    let path = rel_path(components)?;
+    // openat2 refuses O_PATH combined with anything but O_DIRECTORY/O_NOFOLLOW/O_CLOEXEC.
+    let flags = if flags & libc::O_PATH != 0 {
+        flags
+    } else {
+        flags | libc::O_NOCTTY
+    };
+    sys::openat_beneath(root, &path, flags, 0).map_err(|e| {
+        let what = components.join("\\");
+        match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) if missing_is_path => {
+                FsError::PathNotFound(what)
+            }
+            Some(libc::EXDEV) | Some(libc::ELOOP) => FsError::Escape(what),
+            _ => FsError::from_io(format!("open {what:?}"), e),
+        }
+    })
+}
+
+/// Where a client path lands: its parent directory (opened, O_PATH) and final name.
+pub struct Located {
+    /// The parent directory.
+    pub parent_fd: OwnedFd,
+    /// Stored components of the parent, from the share root.
+    pub parent: Vec<String>,
+    /// The stored name if it exists, else the name as the client spelled it.
+    pub name: String,
+    /// Whether the final component exists (a dangling symlink counts as existing).
+    pub exists: bool,
+}
+
+impl Located {
+    /// Stored components of the whole path.
+    pub fn components(&self) -> Vec<String> {
+        let mut v = self.parent.clone();
+        v.push(self.name.clone());
+        v
+    }
+}
+
+/// Resolves validated client components (at least one) beneath `root`: each intermediate
+/// directory must exist (OBJECT_PATH_NOT_FOUND otherwise), the final one may not.
+pub fn locate(cache: &NameCache, root: BorrowedFd<'_>, comps: &[&str]) -> Result<Located, FsError> {
+    let Some((last, dirs)) = comps.split_last() else {
+        return Err(FsError::InvalidParameter(
+            "the share root has no parent".into(),
+        ));
+    };
+    let mut parent: Vec<String> = Vec::with_capacity(dirs.len());
+    let mut parent_fd = open_beneath(root, &parent, libc::O_PATH | libc::O_DIRECTORY, true)?;
+    for comp in dirs {
+        let stored = lookup(cache, parent_fd.as_fd(), comp)?
+            .ok_or_else(|| FsError::PathNotFound(comp.to_string()))?;
+        parent.push(stored);
+        parent_fd = open_beneath(root, &parent, libc::O_PATH | libc::O_DIRECTORY, true)?;
+    }
+    let found = lookup(cache, parent_fd.as_fd(), last)?;
+    let exists = found.is_some();
+    Ok(Located {
+        parent_fd,
+        parent,
+        name: found.unwrap_or_else(|| last.to_string()),
+        exists,
+    })
+}

@@ -1,0 +1,841 @@
+//! Tests of the POSIX share against real directories in temp dirs.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::sync::Arc;
+
+use quarry_smb::vfs::{
+    attr, create_options as co, nt, BasicInfoChange, CreateAction, CreateDisposition as D,
+    CreateRequest, DirEntry, FsFile, Opened, ShareFs,
+};
+
+use super::{PosixShareConfig, PosixShareFs};
+use crate::pool::ShareQuota;
+
+struct Fixture {
+    _outer: tempfile::TempDir,
+    root: std::path::PathBuf,
+    outside: std::path::PathBuf,
+    quota: Arc<ShareQuota>,
+    fs: PosixShareFs,
+}
+
+fn fixture_with(limit: Option<u64>, read_only: bool) -> Fixture {
+    let outer = tempfile::tempdir().unwrap();
+    let root = outer.path().join("share");
+    let outside = outer.path().join("outside");
+    fs::create_dir(&root).unwrap();
+    fs::create_dir(&outside).unwrap();
+    fs::write(outside.join("secret"), b"top secret").unwrap();
+    let quota = Arc::new(ShareQuota::new(limit, 0));
+    let fs = PosixShareFs::open(
+        &root,
+        quota.clone(),
+        PosixShareConfig {
+            label: "data".into(),
+            read_only,
+        },
+    )
+    .unwrap();
+    Fixture {
+        _outer: outer,
+        root,
+        outside,
+        quota,
+        fs,
+    }
+}
+
+fn fixture() -> Fixture {
+    fixture_with(None, false)
+}
+
+fn req(path: &str, disposition: D) -> CreateRequest<'_> {
+    CreateRequest {
+        path,
+        disposition,
+        options: 0,
+        attributes: 0,
+        write: true,
+        read: true,
+        allocation_size: 0,
+    }
+}
+
+fn open(fx: &Fixture, path: &str, disposition: D) -> Result<Opened, u32> {
+    fx.fs
+        .create(&req(path, disposition))
+        .map_err(|e| e.nt_status())
+}
+
+fn mkdir(fx: &Fixture, path: &str) -> Opened {
+    fx.fs
+        .create(&CreateRequest {
+            options: co::DIRECTORY_FILE,
+            ..req(path, D::Create)
+        })
+        .unwrap()
+}
+
+fn list(file: &dyn FsFile, pattern: &str) -> Vec<String> {
+    let mut c = file.list_dir(pattern).unwrap();
+    let mut names = Vec::new();
+    while let Some(e) = c.next_entry().unwrap() {
+        names.push(e.name);
+    }
+    names
+}
+
+#[test]
+fn create_dispositions_follow_nt_semantics() {
+    let fx = fixture();
+    assert_eq!(
+        open(&fx, "a.txt", D::Open).unwrap_err(),
+        nt::OBJECT_NAME_NOT_FOUND
+    );
+    assert_eq!(
+        open(&fx, "a.txt", D::Overwrite).unwrap_err(),
+        nt::OBJECT_NAME_NOT_FOUND
+    );
+    let o = open(&fx, "a.txt", D::Create).unwrap();
+    assert_eq!(o.action, CreateAction::Created);
+    assert_eq!(o.info.attributes, attr::ARCHIVE);
+    assert!(!o.info.is_dir);
+    o.file.write_at(0, b"hello", false).unwrap();
+    assert_eq!(
+        open(&fx, "a.txt", D::Create).unwrap_err(),
+        nt::OBJECT_NAME_COLLISION
+    );
+    let o = open(&fx, "a.txt", D::OpenIf).unwrap();
+    assert_eq!((o.action, o.info.end_of_file), (CreateAction::Opened, 5));
+    let o = open(&fx, "a.txt", D::OverwriteIf).unwrap();
+    assert_eq!(
+        (o.action, o.info.end_of_file),
+        (CreateAction::Overwritten, 0)
+    );
+    o.file.write_at(0, b"again", false).unwrap();
+    let o = open(&fx, "a.txt", D::Supersede).unwrap();
+    assert_eq!(
+        (o.action, o.info.end_of_file),
+        (CreateAction::Superseded, 0)
+    );
+    let o = open(&fx, "b.txt", D::OverwriteIf).unwrap();
+    assert_eq!(o.action, CreateAction::Created);
+    assert_eq!(fx.quota.used(), 0);
+}
+
+#[test]
+fn directory_and_non_directory_options_are_checked() {
+    let fx = fixture();
+    let d = mkdir(&fx, "dir");
+    assert!(d.info.is_dir);
+    assert_eq!(d.info.attributes, attr::DIRECTORY);
+    assert!(fx.root.join("dir").is_dir());
+    open(&fx, "file", D::Create).unwrap();
+    let non_dir = CreateRequest {
+        options: co::NON_DIRECTORY_FILE,
+        ..req("dir", D::Open)
+    };
+    assert_eq!(
+        fx.fs.create(&non_dir).unwrap_err().nt_status(),
+        nt::FILE_IS_A_DIRECTORY
+    );
+    let dir_req = CreateRequest {
+        options: co::DIRECTORY_FILE,
+        ..req("file", D::Open)
+    };
+    assert_eq!(
+        fx.fs.create(&dir_req).unwrap_err().nt_status(),
+        nt::NOT_A_DIRECTORY
+    );
+    let bad = CreateRequest {
+        options: co::DIRECTORY_FILE,
+        ..req("d2", D::OverwriteIf)
+    };
+    assert_eq!(
+        fx.fs.create(&bad).unwrap_err().nt_status(),
+        nt::INVALID_PARAMETER
+    );
+    // A plain open of a directory (no options) works, even when asking for write access.
+    let o = open(&fx, "dir", D::Open).unwrap();
+    assert!(o.info.is_dir);
+    assert_eq!(
+        o.file.write_at(0, b"x", false).unwrap_err().nt_status(),
+        nt::FILE_IS_A_DIRECTORY
+    );
+    // Missing parent.
+    assert_eq!(
+        open(&fx, "nope\\x", D::Create).unwrap_err(),
+        nt::OBJECT_PATH_NOT_FOUND
+    );
+    assert_eq!(
+        open(&fx, "file\\x", D::Create).unwrap_err(),
+        nt::OBJECT_PATH_NOT_FOUND
+    );
+    // The share root.
+    let root = open(&fx, "", D::Open).unwrap();
+    assert!(root.info.is_dir);
+    assert_eq!(
+        root.file.check_deletable().unwrap_err().nt_status(),
+        nt::CANNOT_DELETE
+    );
+}
+
+#[test]
+fn escapes_are_refused() {
+    let fx = fixture();
+    // Syntax the name rules refuse.
+    assert_eq!(
+        open(&fx, "..\\outside\\secret", D::Open).unwrap_err(),
+        nt::OBJECT_PATH_SYNTAX_BAD
+    );
+    assert_eq!(
+        open(&fx, "a\\..\\..\\outside", D::Open).unwrap_err(),
+        nt::OBJECT_PATH_SYNTAX_BAD
+    );
+    assert_eq!(
+        open(&fx, "\\etc\\passwd", D::Open).unwrap_err(),
+        nt::INVALID_PARAMETER
+    );
+    assert_eq!(
+        open(&fx, "secret:stream", D::Create).unwrap_err(),
+        nt::OBJECT_NAME_INVALID
+    );
+    // Symlinks inside the share that point out of it.
+    symlink(fx.outside.join("secret"), fx.root.join("abs_link")).unwrap();
+    symlink("../outside/secret", fx.root.join("rel_link")).unwrap();
+    symlink("../outside", fx.root.join("dir_link")).unwrap();
+    assert_eq!(
+        open(&fx, "abs_link", D::Open).unwrap_err(),
+        nt::ACCESS_DENIED
+    );
+    assert_eq!(
+        open(&fx, "rel_link", D::Open).unwrap_err(),
+        nt::ACCESS_DENIED
+    );
+    assert_eq!(
+        open(&fx, "dir_link\\secret", D::Open).unwrap_err(),
+        nt::ACCESS_DENIED
+    );
+    assert_eq!(
+        open(&fx, "dir_link\\new", D::Create).unwrap_err(),
+        nt::ACCESS_DENIED
+    );
+    assert!(!fx.outside.join("new").exists());
+    // Overwriting through a link out of the share must not touch the target.
+    assert_eq!(
+        open(&fx, "rel_link", D::OverwriteIf).unwrap_err(),
+        nt::ACCESS_DENIED
+    );
+    assert_eq!(fs::read(fx.outside.join("secret")).unwrap(), b"top secret");
+    // A symlink that stays inside the share is followed.
+    fs::create_dir(fx.root.join("real")).unwrap();
+    fs::write(fx.root.join("real/f"), b"inside").unwrap();
+    symlink("real/f", fx.root.join("inner_link")).unwrap();
+    let o = open(&fx, "inner_link", D::Open).unwrap();
+    let mut buf = [0u8; 16];
+    let n = o.file.read_at(0, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"inside");
+    // Listings hide escaping links.
+    let root = open(&fx, "", D::Open).unwrap();
+    let names = list(root.file.as_ref(), "*");
+    assert!(names.contains(&"inner_link".to_string()));
+    for hidden in ["abs_link", "rel_link", "dir_link"] {
+        assert!(!names.contains(&hidden.to_string()), "{hidden} listed");
+    }
+}
+
+#[test]
+fn reserved_and_illegal_names_are_refused() {
+    let fx = fixture();
+    for bad in [
+        "CON", "nul.txt", "com1", "LPT9.log", "a*b", "a?b", "a|b", "a<b", "a>b", "a\"b", "a:b",
+    ] {
+        assert_eq!(
+            open(&fx, bad, D::Create).unwrap_err(),
+            nt::OBJECT_NAME_INVALID,
+            "{bad}"
+        );
+    }
+    assert_eq!(fs::read_dir(&fx.root).unwrap().count(), 0);
+}
+
+#[test]
+fn lookup_is_case_insensitive_and_cached_names_follow_changes() {
+    let fx = fixture();
+    mkdir(&fx, "Docs");
+    let o = open(&fx, "Docs\\ReadMe.TXT", D::Create).unwrap();
+    o.file.write_at(0, b"x", false).unwrap();
+    let o = open(&fx, "docs\\README.txt", D::Open).unwrap();
+    assert_eq!(o.info.end_of_file, 1);
+    assert_eq!(o.file.path(), "Docs\\ReadMe.TXT");
+    // Creating a case variant opens the existing file instead of making a second one.
+    assert_eq!(
+        open(&fx, "DOCS\\readme.txt", D::Create).unwrap_err(),
+        nt::OBJECT_NAME_COLLISION
+    );
+    assert_eq!(
+        open(&fx, "DOCS\\readme.txt", D::OpenIf).unwrap().action,
+        CreateAction::Opened
+    );
+    assert_eq!(fs::read_dir(fx.root.join("Docs")).unwrap().count(), 1);
+    // Rename changes the case; the old spelling keeps working case-insensitively.
+    o.file.rename("docs\\readme.md", false).unwrap();
+    assert!(fx.root.join("Docs/readme.md").exists());
+    assert_eq!(o.file.path(), "Docs\\readme.md");
+    assert_eq!(
+        open(&fx, "DOCS\\README.TXT", D::Open).unwrap_err(),
+        nt::OBJECT_NAME_NOT_FOUND
+    );
+    assert_eq!(
+        open(&fx, "DOCS\\README.MD", D::Open)
+            .unwrap()
+            .info
+            .end_of_file,
+        1
+    );
+    // A change made behind the share's back is seen (directory mtime moved).
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(fx.root.join("Docs/Other.bin"), b"12").unwrap();
+    assert_eq!(
+        open(&fx, "docs\\OTHER.BIN", D::Open)
+            .unwrap()
+            .info
+            .end_of_file,
+        2
+    );
+    // Delete, then the name is gone for every spelling.
+    let o = open(&fx, "docs\\other.bin", D::Open).unwrap();
+    o.file.check_deletable().unwrap();
+    o.file.unlink().unwrap();
+    assert_eq!(
+        open(&fx, "Docs\\Other.bin", D::Open).unwrap_err(),
+        nt::OBJECT_NAME_NOT_FOUND
+    );
+}
+
+#[test]
+fn rename_rules() {
+    let fx = fixture();
+    let a = open(&fx, "a", D::Create).unwrap();
+    a.file.write_at(0, &[1u8; 10], false).unwrap();
+    let b = open(&fx, "B", D::Create).unwrap();
+    b.file.write_at(0, &[2u8; 30], false).unwrap();
+    assert_eq!(fx.quota.used(), 40);
+    assert_eq!(
+        a.file.rename("b", false).unwrap_err().nt_status(),
+        nt::OBJECT_NAME_COLLISION
+    );
+    a.file.rename("b", true).unwrap();
+    // The replaced file's bytes are released; the new name has the requested spelling.
+    assert_eq!(fx.quota.used(), 10);
+    let names: Vec<_> = fs::read_dir(&fx.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, vec!["b".to_string()]);
+    mkdir(&fx, "d1");
+    let d2 = mkdir(&fx, "d2");
+    assert_eq!(
+        a.file.rename("d1", true).unwrap_err().nt_status(),
+        nt::ACCESS_DENIED
+    );
+    d2.file.rename("d1\\inner", false).unwrap();
+    assert!(fx.root.join("d1/inner").is_dir());
+    assert_eq!(
+        a.file.rename("missing\\x", false).unwrap_err().nt_status(),
+        nt::OBJECT_PATH_NOT_FOUND
+    );
+    assert_eq!(
+        a.file.rename("..\\x", false).unwrap_err().nt_status(),
+        nt::OBJECT_PATH_SYNTAX_BAD
+    );
+}
+
+#[test]
+fn delete_rules() {
+    let fx = fixture();
+    let d = mkdir(&fx, "d");
+    let f = open(&fx, "d\\f", D::Create).unwrap();
+    f.file.write_at(0, &[0u8; 100], false).unwrap();
+    assert_eq!(
+        d.file.check_deletable().unwrap_err().nt_status(),
+        nt::DIRECTORY_NOT_EMPTY
+    );
+    assert_eq!(
+        d.file.unlink().unwrap_err().nt_status(),
+        nt::DIRECTORY_NOT_EMPTY
+    );
+    f.file
+        .set_basic_info(&BasicInfoChange {
+            attributes: Some(attr::READONLY),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(
+        f.file.check_deletable().unwrap_err().nt_status(),
+        nt::CANNOT_DELETE
+    );
+    assert_eq!(open(&fx, "d\\f", D::Open).unwrap_err(), nt::ACCESS_DENIED);
+    f.file
+        .set_basic_info(&BasicInfoChange {
+            attributes: Some(attr::NORMAL),
+            ..Default::default()
+        })
+        .unwrap();
+    f.file.check_deletable().unwrap();
+    f.file.unlink().unwrap();
+    assert_eq!(fx.quota.used(), 0);
+    d.file.check_deletable().unwrap();
+    d.file.unlink().unwrap();
+    assert!(!fx.root.join("d").exists());
+}
+
+#[test]
+fn attributes_and_times_persist_in_xattrs() {
+    let fx = fixture();
+    let o = fx
+        .fs
+        .create(&CreateRequest {
+            attributes: attr::HIDDEN | attr::SYSTEM,
+            ..req("h", D::Create)
+        })
+        .unwrap();
+    assert_eq!(
+        o.info.attributes,
+        attr::HIDDEN | attr::SYSTEM | attr::ARCHIVE
+    );
+    let ct = 130_000_000_000_000_000u64; // 2012
+    let wt = 131_000_000_000_000_000u64;
+    o.file
+        .set_basic_info(&BasicInfoChange {
+            creation_time: Some(ct),
+            last_write_time: Some(wt),
+            attributes: Some(attr::READONLY),
+            ..Default::default()
+        })
+        .unwrap();
+    drop(o);
+    let again = fx
+        .fs
+        .create(&CreateRequest {
+            write: false,
+            ..req("h", D::Open)
+        })
+        .unwrap();
+    assert_eq!(again.info.creation_time, ct);
+    assert_eq!(again.info.last_write_time, wt);
+    assert_eq!(again.info.attributes, attr::READONLY);
+    assert!(again.info.file_id != 0);
+    assert_eq!(again.info.nlink, 1);
+    // The id is the inode: stable across opens and renames.
+    let id = again.info.file_id;
+    again.file.rename("h2", false).unwrap();
+    assert_eq!(
+        fx.fs
+            .create(&CreateRequest {
+                write: false,
+                ..req("H2", D::Open)
+            })
+            .unwrap()
+            .info
+            .file_id,
+        id
+    );
+}
+
+#[test]
+fn quota_is_charged_before_growth_and_released_on_shrink() {
+    let fx = fixture_with(Some(1000), false);
+    let o = open(&fx, "f", D::Create).unwrap();
+    o.file.write_at(0, &[7u8; 600], false).unwrap();
+    assert_eq!(fx.quota.used(), 600);
+    // In-place rewrite costs nothing.
+    o.file.write_at(0, &[8u8; 600], false).unwrap();
+    assert_eq!(fx.quota.used(), 600);
+    // A write that would pass the quota fails whole: nothing of it lands.
+    let err = o.file.write_at(500, &[9u8; 600], false).unwrap_err();
+    assert_eq!(err.nt_status(), nt::DISK_FULL);
+    assert_eq!(fx.quota.used(), 600);
+    assert_eq!(fs::read(fx.root.join("f")).unwrap(), vec![8u8; 600]);
+    // Up to the limit exactly is fine.
+    o.file.write_at(600, &[1u8; 400], false).unwrap();
+    assert_eq!(fx.quota.used(), 1000);
+    assert_eq!(
+        open(&fx, "g", D::Create)
+            .unwrap()
+            .file
+            .write_at(0, b"x", false)
+            .unwrap_err()
+            .nt_status(),
+        nt::DISK_FULL
+    );
+    // set_end_of_file grows only within the quota; shrinking releases.
+    assert_eq!(
+        o.file.set_end_of_file(1001).unwrap_err().nt_status(),
+        nt::DISK_FULL
+    );
+    o.file.set_end_of_file(100).unwrap();
+    assert_eq!(fx.quota.used(), 100);
+    o.file.set_allocation_size(50).unwrap();
+    assert_eq!(
+        (fx.quota.used(), o.file.info().unwrap().end_of_file),
+        (50, 50)
+    );
+    o.file.set_allocation_size(5000).unwrap();
+    assert_eq!(o.file.info().unwrap().end_of_file, 50);
+    // Overwrite releases the old size; delete releases the rest.
+    let g = open(&fx, "g", D::Open).unwrap();
+    g.file.write_at(0, &[0u8; 200], false).unwrap();
+    assert_eq!(fx.quota.used(), 250);
+    open(&fx, "f", D::OverwriteIf).unwrap();
+    assert_eq!(fx.quota.used(), 200);
+    g.file.unlink().unwrap();
+    assert_eq!(fx.quota.used(), 0);
+    // The quota is the volume size the client sees.
+    let info = fx.fs.fs_info().unwrap();
+    assert_eq!((info.total_bytes, info.free_bytes), (1000, 1000));
+    assert_eq!(info.label, "data");
+    assert_eq!(info.fs_name, "NTFS");
+}
+
+#[test]
+fn concurrent_extending_writes_charge_each_byte_once() {
+    let fx = fixture_with(Some(1 << 20), false);
+    let files: Vec<Opened> = (0..4)
+        .map(|_| open(&fx, "shared", D::OpenIf).unwrap())
+        .collect();
+    std::thread::scope(|s| {
+        for (i, f) in files.iter().enumerate() {
+            s.spawn(move || {
+                for k in 0..64u64 {
+                    let off = (k * 4 + i as u64) * 1024;
+                    f.file.write_at(off, &[i as u8; 1024], false).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(
+        fs::metadata(fx.root.join("shared")).unwrap().len(),
+        256 * 1024
+    );
+    assert_eq!(fx.quota.used(), 256 * 1024);
+}
+
+#[test]
+fn fs_info_without_quota_reports_the_disk() {
+    let fx = fixture();
+    let info = fx.fs.fs_info().unwrap();
+    assert!(info.total_bytes > 0 && info.free_bytes <= info.total_bytes);
+    assert_eq!(info.bytes_per_sector, 512);
+    assert!(info.sectors_per_unit >= 1);
+    assert_eq!(info.serial, fx.fs.fs_info().unwrap().serial);
+}
+
+#[test]
+fn listing_with_wildcards() {
+    let fx = fixture();
+    for n in ["alpha.txt", "Beta.TXT", "gamma.bin", "noext"] {
+        open(&fx, n, D::Create).unwrap();
+    }
+    mkdir(&fx, "sub");
+    let root = open(&fx, "", D::Open).unwrap();
+    let mut all = list(root.file.as_ref(), "*");
+    assert_eq!(&all[..2], &[".".to_string(), "..".to_string()]);
+    all.sort();
+    assert_eq!(
+        all,
+        vec![
+            ".",
+            "..",
+            "Beta.TXT",
+            "alpha.txt",
+            "gamma.bin",
+            "noext",
+            "sub"
+        ]
+    );
+    let mut txt = list(root.file.as_ref(), "*.txt");
+    txt.sort();
+    assert_eq!(txt, vec!["Beta.TXT", "alpha.txt"]);
+    // "*.*" as clients send it.
+    assert_eq!(list(root.file.as_ref(), "<\"*").len(), 7);
+    assert_eq!(list(root.file.as_ref(), "?????.bin"), vec!["gamma.bin"]);
+    // A literal pattern is a case-insensitive lookup.
+    assert_eq!(list(root.file.as_ref(), "BETA.txt"), vec!["Beta.TXT"]);
+    assert!(list(root.file.as_ref(), "missing").is_empty());
+    // Entries carry their metadata.
+    let mut c = root.file.list_dir("sub").unwrap();
+    let DirEntry { info, .. } = c.next_entry().unwrap().unwrap();
+    assert!(info.is_dir);
+    // Files are not directories.
+    let f = open(&fx, "noext", D::Open).unwrap();
+    assert_eq!(
+        f.file.list_dir("*").err().map(|e| e.nt_status()),
+        Some(nt::NOT_A_DIRECTORY)
+    );
+}
+
+#[test]
+fn large_directory_streams_in_chunks_with_push_back_and_restart() {
+    let fx = fixture();
+    mkdir(&fx, "big");
+    const N: usize = 5000;
+    for i in 0..N {
+        fs::write(fx.root.join(format!("big/file{i:05}")), b"").unwrap();
+    }
+    let d = open(&fx, "big", D::Open).unwrap();
+    let mut c = d.file.list_dir("file*").unwrap();
+    let mut seen = std::collections::HashSet::new();
+    // Pull in "responses" of 97 entries, pushing back the 98th as a full buffer would.
+    loop {
+        let mut got = 0;
+        let mut end = false;
+        while got < 97 {
+            match c.next_entry().unwrap() {
+                Some(e) => {
+                    assert!(seen.insert(e.name.clone()), "duplicate {}", e.name);
+                    got += 1;
+                }
+                None => {
+                    end = true;
+                    break;
+                }
+            }
+        }
+        if end {
+            break;
+        }
+        if let Some(e) = c.next_entry().unwrap() {
+            c.unread(e);
+        } else {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), N);
+    c.restart().unwrap();
+    let mut again = 0;
+    while c.next_entry().unwrap().is_some() {
+        again += 1;
+    }
+    assert_eq!(again, N);
+    // Case-insensitive lookup in the big directory.
+    assert_eq!(
+        open(&fx, "BIG\\FILE04999", D::Open)
+            .unwrap()
+            .info
+            .end_of_file,
+        0
+    );
+}
+
+#[test]
+fn sparse_zero_data_and_allocated_ranges() {
+    let fx = fixture();
+    let o = open(&fx, "sparse", D::Create).unwrap();
+    o.file.set_sparse(true).unwrap();
+    assert_ne!(o.file.info().unwrap().attributes & attr::SPARSE_FILE, 0);
+    const MIB: u64 = 1 << 20;
+    o.file.write_at(0, &vec![1u8; MIB as usize], false).unwrap();
+    o.file
+        .write_at(4 * MIB, &vec![2u8; MIB as usize], false)
+        .unwrap();
+    let (ranges, more) = o.file.allocated_ranges(0, 5 * MIB, 16).unwrap();
+    assert!(!more);
+    assert_eq!(ranges.len(), 2, "{ranges:?}");
+    assert_eq!(
+        (ranges[0].offset, ranges[1].offset + ranges[1].length),
+        (0, 5 * MIB)
+    );
+    let (one, more) = o.file.allocated_ranges(0, 5 * MIB, 1).unwrap();
+    assert_eq!((one.len(), more), (1, true));
+    o.file.zero_data(0, MIB).unwrap();
+    let mut buf = vec![9u8; 16];
+    o.file.read_at(0, &mut buf).unwrap();
+    assert_eq!(buf, vec![0u8; 16]);
+    let (ranges, _) = o.file.allocated_ranges(0, 5 * MIB, 16).unwrap();
+    assert_eq!(ranges.len(), 1);
+    assert_eq!(o.file.info().unwrap().end_of_file, 5 * MIB);
+    o.file.set_sparse(false).unwrap();
+    assert_eq!(o.file.info().unwrap().attributes & attr::SPARSE_FILE, 0);
+}
+
+#[test]
+fn read_only_share_refuses_changes() {
+    let fx = fixture_with(None, true);
+    fs::write(fx.root.join("f"), b"data").unwrap();
+    assert_eq!(open(&fx, "new", D::Create).unwrap_err(), nt::ACCESS_DENIED);
+    assert_eq!(open(&fx, "f", D::Open).unwrap_err(), nt::ACCESS_DENIED);
+    let o = fx
+        .fs
+        .create(&CreateRequest {
+            write: false,
+            ..req("f", D::Open)
+        })
+        .unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(o.file.read_at(0, &mut buf).unwrap(), 4);
+    assert_eq!(
+        o.file.write_at(0, b"x", false).unwrap_err().nt_status(),
+        nt::ACCESS_DENIED
+    );
+    assert_eq!(o.file.unlink().unwrap_err().nt_status(), nt::ACCESS_DENIED);
+    assert_eq!(
+        o.file.rename("g", false).unwrap_err().nt_status(),
+        nt::ACCESS_DENIED
+    );
+}
+
+#[test]
+fn read_write_flush_round_trip() {
+    let fx = fixture();
+    let o = fx
+        .fs
+        .create(&CreateRequest {
+            options: co::WRITE_THROUGH,
+            ..req("data.bin", D::Create)
+        })
+        .unwrap();
+    let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(o.file.write_at(0, &payload, true).unwrap(), payload.len());
+    o.file.flush().unwrap();
+    let mut back = vec![0u8; payload.len() + 10];
+    assert_eq!(o.file.read_at(0, &mut back).unwrap(), payload.len());
+    assert_eq!(&back[..payload.len()], &payload[..]);
+    assert_eq!(o.file.read_at(1 << 40, &mut back).unwrap(), 0);
+    let ro = fx
+        .fs
+        .create(&CreateRequest {
+            write: false,
+            ..req("data.bin", D::Open)
+        })
+        .unwrap();
+    assert_eq!(
+        ro.file.write_at(0, b"x", false).unwrap_err().nt_status(),
+        nt::ACCESS_DENIED
+    );
+    assert_eq!(ro.info.end_of_file, payload.len() as u64);
+}
+
+#[test]
+fn opens_follow_renames_of_their_parent_directories() {
+    let fx = fixture();
+    let d = mkdir(&fx, "old");
+    let f = open(&fx, "old\\f.txt", D::Create).unwrap();
+    f.file.write_at(0, b"abc", false).unwrap();
+    d.file.rename("new", false).unwrap();
+    assert_eq!(f.file.path(), "new\\f.txt");
+    // Behind the share's back too.
+    fs::rename(fx.root.join("new"), fx.root.join("newer")).unwrap();
+    assert_eq!(f.file.path(), "newer\\f.txt");
+    f.file.rename("newer\\g.txt", false).unwrap();
+    assert!(fx.root.join("newer/g.txt").exists());
+    f.file.unlink().unwrap();
+    assert!(!fx.root.join("newer/g.txt").exists());
+    assert_eq!(fx.quota.used(), 0);
+}
+
+#[test]
+fn windows_attribute_rules() {
+    let fx = fixture();
+    // No temporary directories.
+    let tmp_dir = CreateRequest {
+        options: co::DIRECTORY_FILE,
+        attributes: attr::TEMPORARY,
+        ..req("t", D::Create)
+    };
+    assert_eq!(
+        fx.fs.create(&tmp_dir).unwrap_err().nt_status(),
+        nt::INVALID_PARAMETER
+    );
+    let d = mkdir(&fx, "d");
+    let set = |a| BasicInfoChange {
+        attributes: Some(a),
+        ..Default::default()
+    };
+    assert_eq!(
+        d.file
+            .set_basic_info(&set(attr::TEMPORARY))
+            .unwrap_err()
+            .nt_status(),
+        nt::INVALID_PARAMETER
+    );
+    d.file
+        .set_basic_info(&set(attr::DIRECTORY | attr::HIDDEN))
+        .unwrap();
+    assert_eq!(
+        d.file.info().unwrap().attributes,
+        attr::DIRECTORY | attr::HIDDEN
+    );
+    // A file cannot be made a directory.
+    let f = open(&fx, "f", D::Create).unwrap();
+    assert_eq!(
+        f.file
+            .set_basic_info(&set(attr::DIRECTORY))
+            .unwrap_err()
+            .nt_status(),
+        nt::INVALID_PARAMETER
+    );
+    // Overwriting a hidden file must ask for HIDDEN.
+    f.file.set_basic_info(&set(attr::HIDDEN)).unwrap();
+    assert_eq!(
+        open(&fx, "f", D::OverwriteIf).unwrap_err(),
+        nt::ACCESS_DENIED
+    );
+    let keep = CreateRequest {
+        attributes: attr::HIDDEN,
+        ..req("f", D::OverwriteIf)
+    };
+    assert_eq!(
+        fx.fs.create(&keep).unwrap().info.attributes,
+        attr::HIDDEN | attr::ARCHIVE
+    );
+    // A read-only file may be created with write access, and written through that open.
+    let ro = CreateRequest {
+        attributes: attr::READONLY,
+        ..req("ro", D::Create)
+    };
+    let o = fx.fs.create(&ro).unwrap();
+    assert_eq!(o.info.attributes, attr::READONLY | attr::ARCHIVE);
+    o.file.write_at(0, b"x", false).unwrap();
+    assert_eq!(open(&fx, "ro", D::Open).unwrap_err(), nt::ACCESS_DENIED);
+    let attrs_only = CreateRequest {
+        write: false,
+        read: false,
+        ..req("ro", D::Open)
+    };
+    fx.fs.create(&attrs_only).unwrap();
+}
+
+#[test]
+fn racing_creates_of_one_directory_both_succeed() {
+    let fx = fixture();
+    let actions: Vec<CreateAction> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    let r = CreateRequest {
+                        options: co::DIRECTORY_FILE,
+                        ..req("dup", D::OpenIf)
+                    };
+                    fx.fs.create(&r).unwrap().action
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| **a == CreateAction::Created)
+            .count(),
+        1
+    );
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| **a == CreateAction::Opened)
+            .count(),
+        3
+    );
+}

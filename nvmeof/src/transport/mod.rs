@@ -1,0 +1,183 @@
+//! The tokio NVMe/TCP transport: one task per connection (= per queue), storage on
+//! the blocking pool, nothing shared between queues on the data path but atomics.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::target::io::{IoOutcome, IoRequest};
+use crate::target::{ListenerInfo, Output, Queue, Target};
+use crate::tcp::{decode, frame_len, COMMON_HEADER_LEN};
+
+/// How often each connection checks keep-alive and controller teardown.
+pub const TICK: Duration = Duration::from_millis(500);
+/// A connection that has not completed ICReq + Connect by then is closed.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Initial receive buffer per connection.
+const RECV_BUF: usize = 64 * 1024;
+/// Bytes of an offending PDU echoed in a termination request.
+const TERM_ECHO: usize = 72;
+
+/// Serves NVMe/TCP on `listener` until `shutdown` is cancelled.
+/// `advertised` overrides the address put in discovery log entries (else the local
+/// address each connection arrived on).
+pub async fn serve(
+    listener: TcpListener,
+    target: Arc<Target>,
+    advertised: Option<String>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let start = Instant::now();
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            r = listener.accept() => match r {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(error = %e, "nvme accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let local = stream.local_addr().ok();
+        let info = listener_info(local, advertised.as_deref());
+        let target = target.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection(stream, target, info, peer, start, shutdown).await {
+                tracing::debug!(%peer, error = %e, "nvme connection ended with error");
+            }
+        });
+    }
+}
+
+fn listener_info(local: Option<SocketAddr>, advertised: Option<&str>) -> ListenerInfo {
+    let (ip, port) = match local {
+        Some(a) => (a.ip().to_string(), a.port().to_string()),
+        None => (String::new(), String::new()),
+    };
+    let traddr = advertised.map(str::to_string).unwrap_or(ip);
+    ListenerInfo {
+        ipv6: traddr.contains(':'),
+        traddr,
+        trsvcid: port,
+    }
+}
+
+fn ms_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Runs one connection to completion.
+pub async fn connection(
+    stream: TcpStream,
+    target: Arc<Target>,
+    info: ListenerInfo,
+    peer: SocketAddr,
+    start: Instant,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let (mut rd, mut wr) = stream.into_split();
+    let mut q = Queue::new(target, info, peer.to_string());
+    let mut buf = BytesMut::with_capacity(RECV_BUF);
+    let (io_tx, mut io_rx) = mpsc::unbounded_channel::<(IoRequest, std::io::Result<IoOutcome>)>();
+    let events = Arc::new(Notify::new());
+    let mut waker_installed = false;
+    let mut tick = tokio::time::interval(TICK);
+    let opened = Instant::now();
+    let result = loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break Ok(()),
+            r = rd.read_buf(&mut buf) => {
+                match r {
+                    Ok(0) => break Ok(()),
+                    Ok(_) => {}
+                    Err(e) => break Err(e),
+                }
+                let now = ms_since(start);
+                // Handle every complete PDU in the buffer.
+                loop {
+                    let ctx = q.decode_context();
+                    match frame_len(&buf, &ctx) {
+                        Ok(Some(n)) if buf.len() >= n => {
+                            let frame = &buf[..n];
+                            let echo = &frame[..n.min(TERM_ECHO)];
+                            match decode(frame, &ctx) {
+                                Ok(pdu) => q.handle_pdu(pdu, echo, now),
+                                Err(e) => q.decode_error(&e, echo),
+                            }
+                            buf.advance(n);
+                        }
+                        Ok(Some(n)) => {
+                            buf.reserve(n - buf.len());
+                            break;
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            let echo = buf.get(..COMMON_HEADER_LEN).unwrap_or_default().to_vec();
+                            q.decode_error(&e, &echo);
+                            break;
+                        }
+                    }
+                    if q.is_closed() {
+                        break;
+                    }
+                }
+            }
+            Some((req, res)) = io_rx.recv() => {
+                q.io_done(&req, res);
+            }
+            _ = events.notified() => {
+                q.poll_events();
+            }
+            _ = tick.tick() => {
+                q.tick(ms_since(start));
+                if q.controller().is_none() && opened.elapsed() > CONNECT_TIMEOUT {
+                    tracing::debug!(%peer, "no Connect in time, closing");
+                    break Ok(());
+                }
+            }
+        }
+        if !waker_installed && q.qid() == 0 {
+            if let Some(c) = q.controller() {
+                let n = events.clone();
+                c.set_waker(Arc::new(move || n.notify_one()));
+                waker_installed = true;
+            }
+        }
+        let mut close = false;
+        while let Some(o) = q.poll_output() {
+            match o {
+                Output::Send(b) => {
+                    if let Err(e) = wr.write_all(&b).await {
+                        q.on_disconnect();
+                        return Err(e);
+                    }
+                }
+                Output::Io(req) => {
+                    let tx = io_tx.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let res = req.execute();
+                        // The connection may be gone; then the result is moot.
+                        let _ = tx.send((req, res));
+                    });
+                }
+                Output::Close => close = true,
+            }
+        }
+        if close {
+            let _ = wr.shutdown().await;
+            break Ok(());
+        }
+    };
+    q.on_disconnect();
+    result
+}

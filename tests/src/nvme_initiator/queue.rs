@@ -1,0 +1,352 @@
+//! One NVMe/TCP queue of the test initiator: a TCP connection speaking PDUs through the
+//! `quarry-nvmeof` codec, with pipelined commands (in-capsule or R2T writes, C2H reads).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use quarry_nvmeof::spec::fabrics::{ConnectCmd, ConnectData, FCTYPE_CONNECT};
+use quarry_nvmeof::spec::{admin_opc, Cqe, Sgl, Sqe, SGL_ID_INCAPSULE, SGL_ID_TRANSPORT};
+use quarry_nvmeof::tcp::{self, DecodeContext, Digests, IcReq, Pdu, PFV_1_0};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How long the initiator waits for any single PDU before calling the target hung.
+pub const PDU_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A command to submit: the SQE (CID is assigned by the queue) and its data.
+#[derive(Debug, Clone)]
+pub struct Command {
+    /// The SQE; its CID and SGL are filled in by the queue.
+    pub sqe: Sqe,
+    /// Host-to-controller data (writes).
+    pub write: Option<Vec<u8>>,
+    /// Bytes of controller-to-host data expected (reads, Identify, logs).
+    pub read_len: u32,
+}
+
+/// A completed command.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    /// The CQE (synthesised from a C2HData SUCCESS flag when the target used it).
+    pub cqe: Cqe,
+    /// Data received.
+    pub data: Vec<u8>,
+}
+
+struct Pending {
+    tag: u64,
+    write: Option<Vec<u8>>,
+    read: Vec<u8>,
+}
+
+/// A connected NVMe/TCP queue.
+pub struct Queue {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    digests: Digests,
+    /// MAXH2CDATA the target granted.
+    pub maxh2cdata: u32,
+    cpda: u8,
+    /// Queue ID.
+    pub qid: u16,
+    /// In-capsule data limit for writes on this queue.
+    pub incapsule_limit: u32,
+    next_cid: u16,
+    pending: HashMap<u16, Pending>,
+}
+
+impl Queue {
+    /// Opens the TCP connection and exchanges ICReq/ICResp.
+    pub async fn open(addr: SocketAddr, digests: Digests) -> anyhow::Result<Queue> {
+        let stream = TcpStream::connect(addr).await.context("connecting")?;
+        stream.set_nodelay(true)?;
+        let mut q = Queue {
+            stream,
+            buf: Vec::new(),
+            digests: Digests::NONE,
+            maxh2cdata: 0,
+            cpda: 0,
+            qid: 0,
+            incapsule_limit: 0,
+            next_cid: 1,
+            pending: HashMap::new(),
+        };
+        let mut b = Vec::new();
+        tcp::encode_icreq(
+            &mut b,
+            &IcReq {
+                pfv: PFV_1_0,
+                hpda: 0,
+                dgst: digests.dgst(),
+                maxr2t: 0,
+            },
+        );
+        q.send_raw(&b).await?;
+        let frame = q.read_frame().await?;
+        match tcp::decode(&frame, &q.ctx()).map_err(|e| anyhow!("ICResp: {e}"))? {
+            Pdu::IcResp(r) => {
+                q.digests = Digests::from_dgst(r.dgst);
+                q.maxh2cdata = r.maxh2cdata;
+                q.cpda = r.cpda;
+                if q.digests != digests {
+                    bail!(
+                        "target answered digests {:?}, asked {:?}",
+                        q.digests,
+                        digests
+                    );
+                }
+            }
+            other => bail!("expected ICResp, got {other:?}"),
+        }
+        Ok(q)
+    }
+
+    fn ctx(&self) -> DecodeContext {
+        DecodeContext {
+            digests: self.digests,
+            ..Default::default()
+        }
+    }
+
+    /// Writes raw bytes (for hostile tests).
+    pub async fn send_raw(&mut self, b: &[u8]) -> anyhow::Result<()> {
+        self.stream.write_all(b).await.context("sending")
+    }
+
+    /// Reads one whole PDU (raw bytes); errors on EOF or timeout.
+    pub async fn read_frame(&mut self) -> anyhow::Result<Vec<u8>> {
+        loop {
+            if let Some(n) = tcp::frame_len(&self.buf, &self.ctx()).map_err(|e| anyhow!("{e}"))? {
+                if self.buf.len() >= n {
+                    let rest = self.buf.split_off(n);
+                    return Ok(std::mem::replace(&mut self.buf, rest));
+                }
+            }
+            let mut chunk = vec![0u8; 256 * 1024];
+            let n = tokio::time::timeout(PDU_TIMEOUT, self.stream.read(&mut chunk))
+                .await
+                .map_err(|_| anyhow!("no PDU from target in {PDU_TIMEOUT:?}"))??;
+            if n == 0 {
+                bail!("connection closed by target");
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Fabrics Connect for this queue; returns the CQE.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn connect(
+        &mut self,
+        qid: u16,
+        sqsize: u16,
+        kato_ms: u32,
+        cntlid: u16,
+        subnqn: &str,
+        hostnqn: &str,
+        hostid: [u8; 16],
+    ) -> anyhow::Result<Cqe> {
+        let mut sqe = Sqe::new(admin_opc::FABRICS, 0);
+        sqe.set_fctype(FCTYPE_CONNECT);
+        ConnectCmd {
+            recfmt: 0,
+            qid,
+            sqsize,
+            cattr: 0,
+            kato: kato_ms,
+        }
+        .write(&mut sqe);
+        let data = ConnectData {
+            hostid,
+            cntlid,
+            subnqn: subnqn.into(),
+            hostnqn: hostnqn.into(),
+        }
+        .to_bytes();
+        self.qid = qid;
+        // Connect always travels in the capsule.
+        let saved = self.incapsule_limit;
+        self.incapsule_limit = data.len() as u32;
+        let r = self
+            .exec(Command {
+                sqe,
+                write: Some(data),
+                read_len: 0,
+            })
+            .await;
+        self.incapsule_limit = saved;
+        Ok(r?.cqe)
+    }
+
+    /// Runs one command to completion.
+    pub async fn exec(&mut self, cmd: Command) -> anyhow::Result<Completion> {
+        let mut out = None;
+        let mut once = Some(cmd);
+        self.pipeline(
+            1,
+            || once.take().map(|c| (0, c)),
+            |_, c| {
+                out = Some(c);
+                Ok(())
+            },
+        )
+        .await?;
+        out.ok_or_else(|| anyhow!("no completion"))
+    }
+
+    /// Submits commands from `next` keeping up to `depth` in flight, handing each
+    /// completion to `done` with its tag. Returns when `next` is exhausted and all
+    /// completed.
+    pub async fn pipeline(
+        &mut self,
+        depth: usize,
+        mut next: impl FnMut() -> Option<(u64, Command)>,
+        mut done: impl FnMut(u64, Completion) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let mut exhausted = false;
+        loop {
+            while !exhausted && self.pending.len() < depth {
+                match next() {
+                    Some((tag, c)) => self.submit(tag, c).await?,
+                    None => exhausted = true,
+                }
+            }
+            if self.pending.is_empty() {
+                return Ok(());
+            }
+            if let Some((tag, c)) = self.step().await? {
+                done(tag, c)?;
+            }
+        }
+    }
+
+    async fn submit(&mut self, tag: u64, mut cmd: Command) -> anyhow::Result<()> {
+        let cid = self.next_cid;
+        self.next_cid = self.next_cid.wrapping_add(1).max(1);
+        cmd.sqe.set_cid(cid);
+        let mut b = Vec::new();
+        match &cmd.write {
+            Some(w) if w.len() as u32 <= self.incapsule_limit => {
+                cmd.sqe.set_sgl(Sgl {
+                    addr: 0,
+                    len: w.len() as u32,
+                    id: SGL_ID_INCAPSULE,
+                });
+                tcp::encode_capsule_cmd(&mut b, &cmd.sqe, w, self.digests, self.cpda);
+                cmd.write = None;
+            }
+            Some(w) => {
+                cmd.sqe.set_sgl(Sgl {
+                    addr: 0,
+                    len: w.len() as u32,
+                    id: SGL_ID_TRANSPORT,
+                });
+                tcp::encode_capsule_cmd(&mut b, &cmd.sqe, &[], self.digests, self.cpda);
+            }
+            None => {
+                cmd.sqe.set_sgl(Sgl {
+                    addr: 0,
+                    len: cmd.read_len,
+                    id: SGL_ID_TRANSPORT,
+                });
+                tcp::encode_capsule_cmd(&mut b, &cmd.sqe, &[], self.digests, self.cpda);
+            }
+        }
+        self.pending.insert(
+            cid,
+            Pending {
+                tag,
+                write: cmd.write,
+                read: Vec::with_capacity(cmd.read_len as usize),
+            },
+        );
+        self.send_raw(&b).await
+    }
+
+    /// Handles one PDU from the target; returns a completion if it finished a command.
+    async fn step(&mut self) -> anyhow::Result<Option<(u64, Completion)>> {
+        let frame = self.read_frame().await?;
+        let ctx = self.ctx();
+        let pdu = tcp::decode(&frame, &ctx).map_err(|e| anyhow!("decoding target PDU: {e}"))?;
+        match pdu {
+            Pdu::CapsuleResp(r) => {
+                let p = self
+                    .pending
+                    .remove(&r.cqe.cid)
+                    .ok_or_else(|| anyhow!("CapsuleResp for unknown CID {}", r.cqe.cid))?;
+                Ok(Some((
+                    p.tag,
+                    Completion {
+                        cqe: r.cqe,
+                        data: p.read,
+                    },
+                )))
+            }
+            Pdu::C2hData(d) => {
+                let p = self
+                    .pending
+                    .get_mut(&d.cccid)
+                    .ok_or_else(|| anyhow!("C2HData for unknown CID {}", d.cccid))?;
+                if d.datao as usize != p.read.len() {
+                    bail!(
+                        "C2HData out of order: offset {} have {}",
+                        d.datao,
+                        p.read.len()
+                    );
+                }
+                p.read.extend_from_slice(d.data);
+                if d.flags & tcp::FLAG_SUCCESS != 0 {
+                    let p = self
+                        .pending
+                        .remove(&d.cccid)
+                        .ok_or_else(|| anyhow!("gone"))?;
+                    let cqe = Cqe {
+                        cid: d.cccid,
+                        sqid: self.qid,
+                        ..Default::default()
+                    };
+                    return Ok(Some((p.tag, Completion { cqe, data: p.read })));
+                }
+                Ok(None)
+            }
+            Pdu::R2t(r) => {
+                let p = self
+                    .pending
+                    .get(&r.cccid)
+                    .ok_or_else(|| anyhow!("R2T for unknown CID {}", r.cccid))?;
+                let w = p
+                    .write
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("R2T for a command without data"))?;
+                let start = r.r2to as usize;
+                let end = start + r.r2tl as usize;
+                let data = w
+                    .get(start..end)
+                    .ok_or_else(|| anyhow!("R2T outside the write: {start}..{end}"))?
+                    .to_vec();
+                let chunk = self.maxh2cdata.max(4096) as usize;
+                let mut b = Vec::new();
+                let mut off = 0;
+                while off < data.len() {
+                    let n = chunk.min(data.len() - off);
+                    tcp::encode_h2c_data(
+                        &mut b,
+                        r.cccid,
+                        r.ttag,
+                        (start + off) as u32,
+                        &data[off..off + n],
+                        off + n == data.len(),
+                        self.digests,
+                        self.cpda,
+                    );
+                    off += n;
+                }
+                self.send_raw(&b).await?;
+                Ok(None)
+            }
+            Pdu::C2hTermReq(t) => bail!("target terminated: FES {:#x} FEI {:#x}", t.fes, t.fei),
+            other => bail!("unexpected PDU from target: {other:?}"),
+        }
+    }
+}
