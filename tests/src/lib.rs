@@ -331,3 +331,4 @@ impl Api {
         ))
     }
 }
+pub mod nvme_initiator;
