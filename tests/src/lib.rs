@@ -1,1 +1,334 @@
-//! placeholder
+//! Test tools shared by Quarry's cross-crate and interop tests: start the real `quarry`
+//! binary on free loopback ports in a temporary data directory, talk to its REST API,
+//! and stop or kill it. Everything here is test tooling, never shipped.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+
+/// Password given to the `admin` account of every test appliance.
+pub const ADMIN_PASSWORD: &str = "quarry-test-admin";
+/// How long to wait for a started appliance to answer its health check.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+static BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+/// Path of the `quarry` binary under test: `$QUARRY_BIN`, else the one next to this test
+/// executable's `deps/` directory (built first with `cargo build -p quarry` if missing).
+pub fn quarry_bin() -> anyhow::Result<PathBuf> {
+    if let Ok(p) = std::env::var("QUARRY_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe()?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("locating the target directory")?
+        .to_path_buf();
+    let bin = profile_dir.join("quarry");
+    let _guard = BUILD_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    if !bin.exists() {
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.args(["build", "-p", "quarry"]);
+        if release {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().context("running cargo build -p quarry")?;
+        if !status.success() {
+            bail!("cargo build -p quarry failed");
+        }
+    }
+    Ok(bin)
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released: good enough for tests).
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A running `quarry serve`.
+pub struct QuarryProcess {
+    child: Option<Child>,
+    _tempdir: Option<tempfile::TempDir>,
+    /// The data directory.
+    pub data: PathBuf,
+    /// REST API / web UI address.
+    pub http: SocketAddr,
+    /// SMB address.
+    pub smb: SocketAddr,
+    /// NVMe/TCP address.
+    pub nvme: SocketAddr,
+    /// Where the process's stderr goes.
+    pub log: PathBuf,
+}
+
+impl QuarryProcess {
+    /// Starts an appliance in a fresh temporary data directory.
+    pub fn start() -> anyhow::Result<QuarryProcess> {
+        let dir = tempfile::tempdir()?;
+        let data = dir.path().join("data");
+        let mut p = Self::start_in(&data)?;
+        p._tempdir = Some(dir);
+        Ok(p)
+    }
+
+    /// Starts an appliance on `data` (reusing it if it exists: a restart).
+    pub fn start_in(data: &Path) -> anyhow::Result<QuarryProcess> {
+        Self::start_with(data, &[])
+    }
+
+    /// Starts an appliance with extra environment variables.
+    pub fn start_with(data: &Path, env: &[(&str, &str)]) -> anyhow::Result<QuarryProcess> {
+        std::fs::create_dir_all(data)?;
+        let http: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let smb: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let nvme: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let log = data.with_extension(format!("log.{}", http.port()));
+        let log_file = std::fs::File::create(&log)?;
+        let mut cmd = Command::new(quarry_bin()?);
+        cmd.arg("serve")
+            .arg("--data")
+            .arg(data)
+            .args(["--http-listen", &http.to_string()])
+            .args(["--smb-listen", &smb.to_string()])
+            .args(["--nvme-listen", &nvme.to_string()])
+            .env("QUARRY_ADMIN_PASSWORD", ADMIN_PASSWORD)
+            .env(
+                "QUARRY_LOG",
+                std::env::var("QUARRY_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().context("spawning quarry")?;
+        let mut p = QuarryProcess {
+            child: Some(child),
+            _tempdir: None,
+            data: data.to_path_buf(),
+            http,
+            smb,
+            nvme,
+            log,
+        };
+        p.wait_healthy()?;
+        Ok(p)
+    }
+
+    fn wait_healthy(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Some(status) = child.try_wait()? {
+                    bail!(
+                        "quarry exited during start ({status}); log:\n{}",
+                        self.log_text()
+                    );
+                }
+            }
+            if TcpStream::connect_timeout(&self.http, Duration::from_millis(200)).is_ok() {
+                let (status, _) = Api::anonymous(self).get("/api/v1/health")?;
+                if status == 200 {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "quarry did not become healthy in {START_TIMEOUT:?}; log:\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The process's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Base URL of the HTTP listener.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.http)
+    }
+
+    /// An API client logged in as `admin`.
+    pub fn admin(&self) -> anyhow::Result<Api> {
+        self.login("admin", ADMIN_PASSWORD)
+    }
+
+    /// An API client logged in as `user`.
+    pub fn login(&self, user: &str, password: &str) -> anyhow::Result<Api> {
+        let (status, body) = Api::anonymous(self).post(
+            "/api/v1/auth/login",
+            &serde_json::json!({ "username": user, "password": password }),
+        )?;
+        if status != 200 {
+            bail!("login as {user} failed: {status} {body}");
+        }
+        let token = body["token"]
+            .as_str()
+            .context("login answer without token")?
+            .to_string();
+        Ok(Api::with_token(self, &token))
+    }
+
+    /// PID of the running process.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends SIGTERM and waits; returns the exit code.
+    pub fn stop(mut self) -> anyhow::Result<i32> {
+        self.signal_and_wait(libc::SIGTERM)
+    }
+
+    /// Sends SIGKILL and waits (a crash).
+    pub fn kill9(mut self) -> anyhow::Result<()> {
+        self.signal_and_wait(libc::SIGKILL).map(|_| ())
+    }
+
+    fn signal_and_wait(&mut self, signal: i32) -> anyhow::Result<i32> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(0);
+        };
+        // SAFETY: sending a signal to our own child process id.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let status = child.wait()?;
+        Ok(status.code().unwrap_or(128 + signal))
+    }
+}
+
+impl Drop for QuarryProcess {
+    fn drop(&mut self) {
+        let _ = self.signal_and_wait(libc::SIGKILL);
+    }
+}
+
+/// A small REST client: every call returns the status and the JSON body (or
+/// `Value::Null` for an empty or non-JSON body).
+#[derive(Clone)]
+pub struct Api {
+    base: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl Api {
+    /// A client without credentials.
+    pub fn anonymous(p: &QuarryProcess) -> Api {
+        Api::at(&p.url(), None)
+    }
+
+    /// A client with a bearer token.
+    pub fn with_token(p: &QuarryProcess, token: &str) -> Api {
+        Api::at(&p.url(), Some(token.to_string()))
+    }
+
+    /// A client for any base URL.
+    pub fn at(base: &str, token: Option<String>) -> Api {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        Api {
+            base: base.to_string(),
+            token,
+            agent,
+        }
+    }
+
+    /// The bearer token, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    fn finish(
+        resp: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut resp = resp?;
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+
+    fn auth(&self) -> Option<String> {
+        self.token.as_ref().map(|t| format!("Bearer {t}"))
+    }
+
+    /// GET.
+    pub fn get(&self, path: &str) -> anyhow::Result<(u16, Value)> {
+        let mut req = self.agent.get(format!("{}{path}", self.base));
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        Self::finish(req.call())
+    }
+
+    /// DELETE.
+    pub fn delete(&self, path: &str) -> anyhow::Result<(u16, Value)> {
+        let mut req = self.agent.delete(format!("{}{path}", self.base));
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        Self::finish(req.call())
+    }
+
+    /// POST a JSON body.
+    pub fn post(&self, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
+        let mut req = self.agent.post(format!("{}{path}", self.base));
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        Self::finish(req.send_json(body))
+    }
+
+    /// PATCH a JSON body.
+    pub fn patch(&self, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
+        let mut req = self.agent.patch(format!("{}{path}", self.base));
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        Self::finish(req.send_json(body))
+    }
+
+    /// POST raw bytes with a content type (for malformed-body tests).
+    pub fn post_raw(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> anyhow::Result<(u16, Value, String)> {
+        let mut req = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("Content-Type", content_type);
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        let mut resp = req.send(body)?;
+        let status = resp.status().as_u16();
+        let ctype = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        Ok((
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::Null),
+            ctype,
+        ))
+    }
+}
+pub mod nvme_initiator;

@@ -50,7 +50,12 @@ fn add_namespace(p: &QuarryProcess, nqn: &str, vol: &str) -> anyhow::Result<()> 
     Ok(())
 }
 
-async fn round_trip(p: &QuarryProcess, nqn: &str, digests: Digests, run: u64) -> anyhow::Result<()> {
+async fn round_trip(
+    p: &QuarryProcess,
+    nqn: &str,
+    digests: Digests,
+    run: u64,
+) -> anyhow::Result<()> {
     let entries = discover(p.nvme, TEST_HOSTNQN, digests).await?;
     ensure!(
         entries.iter().any(|e| e.subnqn == nqn),

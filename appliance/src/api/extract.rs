@@ -20,10 +20,20 @@ where
     type Rejection = Problem;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(ApiJson(v)),
-            Err(rejection) => Err(json_problem(rejection)),
+        // Parse to a JSON value first: serde would otherwise accept a struct written as an
+        // array (`[null, null]`), which no client means and the schema does not allow.
+        let value = match axum::Json::<serde_json::Value>::from_request(req, state).await {
+            Ok(axum::Json(v)) => v,
+            Err(rejection) => return Err(json_problem(rejection)),
+        };
+        if !value.is_object() {
+            return Err(Problem::unprocessable(
+                "the request body must be a JSON object",
+            ));
         }
+        serde_json::from_value(value)
+            .map(ApiJson)
+            .map_err(|e| Problem::unprocessable(format!("invalid request body: {e}")))
     }
 }
 

@@ -83,6 +83,28 @@ impl From<DbError> for Problem {
             DbError::NotFound(what) => Problem::not_found(format!("{what} not found")),
             DbError::Conflict(why) => Problem::new(StatusCode::CONFLICT, why),
             DbError::Invalid(why) => Problem::unprocessable(why),
+            // The pool's file system refused the size: the request asked for too much.
+            DbError::Io { context, source } if source.raw_os_error() == Some(libc::EFBIG) => {
+                Problem::unprocessable(format!(
+                    "{context}: larger than the pool's file system allows"
+                ))
+            }
+            DbError::Io { context, source }
+                if matches!(
+                    source.raw_os_error(),
+                    Some(libc::ENOSPC) | Some(libc::EDQUOT)
+                ) =>
+            {
+                Problem::new(StatusCode::CONFLICT, format!("{context}: the pool is full"))
+            }
+            DbError::Io { context, source }
+                if source.kind() == std::io::ErrorKind::AlreadyExists =>
+            {
+                Problem::new(
+                    StatusCode::CONFLICT,
+                    format!("{context}: a leftover file of that name is in the pool"),
+                )
+            }
             other => Problem::internal(&other),
         }
     }

@@ -141,12 +141,17 @@ impl DirectoryPool {
 
     /// Creates a volume's sparse backing file of `size` bytes; fails if it exists.
     pub fn create_volume(&self, volume: &str, size: u64) -> io::Result<()> {
+        // On failure nothing is left behind, so a retry with another size can succeed.
+        let path = self.volume_path(volume);
         let file = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .open(self.volume_path(volume))?;
-        file.set_len(size)?;
-        file.sync_all()
+            .open(&path)?;
+        let sized = file.set_len(size).and_then(|()| file.sync_all());
+        if sized.is_err() {
+            let _ = fs::remove_file(&path);
+        }
+        sized
     }
 
     /// Grows a volume's backing file.
@@ -217,6 +222,10 @@ mod tests {
         assert_eq!(meta.len(), 1 << 30);
         pool.resize_volume("v1", 2 << 30).unwrap();
         assert_eq!(fs::metadata(pool.volume_path("v1")).unwrap().len(), 2 << 30);
+        // A size the file system refuses leaves no file behind.
+        assert!(pool.create_volume("huge", u64::MAX / 2).is_err());
+        assert!(!pool.volume_path("huge").exists());
+        pool.create_volume("huge", 1 << 20).unwrap();
         pool.delete_volume("v1").unwrap();
         assert!(pool.capacity().unwrap().size_bytes > 0);
     }

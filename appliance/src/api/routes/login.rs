@@ -123,11 +123,21 @@ pub async fn login(
     Ok((headers, Json(body)).into_response())
 }
 
-/// Ends the current session (revokes the token that authenticated this request).
+/// Ends the current login session (revokes the session token that authenticated this
+/// request). Long-lived API tokens are revoked with `DELETE /api/v1/tokens/{id}` instead,
+/// so a script calling logout cannot destroy its own automation credential by accident.
 #[utoipa::path(post, path = "/api/v1/auth/logout", tag = "auth",
-    responses((status = 204, description = "Logged out"), AuthErrors),
+    responses((status = 204, description = "Logged out"),
+              (status = 409, description = "The request was authenticated by an API token, not a login session", body = Problem, content_type = "application/problem+json"),
+              AuthErrors),
     security(("bearer" = [])))]
 pub async fn logout(State(state): State<AppState>, auth: Auth) -> ApiResult<Response> {
+    if auth.principal.csrf.is_none() {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "this is an API token, not a login session; revoke it with DELETE /api/v1/tokens/{id}",
+        ));
+    }
     let actor = auth.actor();
     let id = auth.principal.token_id;
     state.db.call(move |db| db.delete_token(&actor, id)).await?;

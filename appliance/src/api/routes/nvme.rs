@@ -19,6 +19,7 @@ use crate::state::{AppState, ConfigChange};
 #[serde(deny_unknown_fields)]
 pub struct CreateSubsystem {
     /// NVMe Qualified Name (`nqn.` prefix, at most 223 bytes).
+    #[schema(pattern = r"^nqn\.[!-~]+$", min_length = 5, max_length = 223)]
     pub nqn: String,
     /// Allow every host.
     #[serde(default)]

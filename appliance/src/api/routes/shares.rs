@@ -19,9 +19,14 @@ use crate::state::{AppState, ConfigChange};
 #[serde(deny_unknown_fields)]
 pub struct CreateShare {
     /// Share name: 1-80 of `A-Z a-z 0-9 . _ -`; reserved names (IPC$, ADMIN$, homes, ...) refused.
+    #[schema(
+        pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$",
+        min_length = 1,
+        max_length = 80
+    )]
     pub name: String,
     /// Quota in bytes; absent or null for none.
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 4611686018427387904u64)]
     pub quota_bytes: Option<u64>,
     /// Refuse writes.
     #[serde(default)]
@@ -37,6 +42,7 @@ pub struct CreateShare {
     pub users: Vec<String>,
     /// Comment shown to SMB clients.
     #[serde(default)]
+    #[schema(max_length = 256)]
     pub comment: String,
 }
 
@@ -46,7 +52,7 @@ pub struct CreateShare {
 pub struct UpdateShare {
     /// New quota; null removes the quota.
     #[serde(default, deserialize_with = "double_option")]
-    #[schema(value_type = Option<u64>, nullable, minimum = 1)]
+    #[schema(value_type = Option<u64>, nullable, minimum = 1, maximum = 4611686018427387904u64)]
     pub quota_bytes: Option<Option<u64>>,
     /// New read-only flag.
     pub read_only: Option<bool>,
@@ -57,6 +63,7 @@ pub struct UpdateShare {
     /// New access list (empty: every SMB user).
     pub users: Option<Vec<String>>,
     /// New comment.
+    #[schema(max_length = 256)]
     pub comment: Option<String>,
 }
 

@@ -120,7 +120,13 @@ pub async fn audit(
     ApiQuery(q): ApiQuery<AuditQuery>,
 ) -> ApiResult<Json<Vec<AuditEntry>>> {
     auth.require(Role::Admin)?;
-    let limit = q.limit.unwrap_or(100).clamp(1, crate::db::audit::MAX_PAGE);
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=crate::db::audit::MAX_PAGE).contains(&limit) {
+        return Err(Problem::bad_request(format!(
+            "limit must be 1-{}",
+            crate::db::audit::MAX_PAGE
+        )));
+    }
     let rows = state.db.call(move |db| db.audit(limit, q.before)).await?;
     Ok(Json(rows))
 }

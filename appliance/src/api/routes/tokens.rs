@@ -22,6 +22,7 @@ pub const MAX_TOKEN_DAYS: u32 = 3650;
 #[serde(deny_unknown_fields)]
 pub struct CreateToken {
     /// Label (e.g. the automation using it).
+    #[schema(min_length = 1, max_length = 100)]
     pub name: String,
     /// Lifetime in days; absent for a token that does not expire.
     #[schema(minimum = 1, maximum = 3650)]

@@ -18,8 +18,14 @@ use crate::state::{AppState, ConfigChange};
 #[serde(deny_unknown_fields)]
 pub struct CreateUser {
     /// Login name: 1-64 of `A-Z a-z 0-9 . _ -`.
+    #[schema(
+        pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        min_length = 1,
+        max_length = 64
+    )]
     pub name: String,
     /// Password (8-256 characters). Used for SMB (NTLMv2) and, with a role, the web UI/API.
+    #[schema(min_length = 8, max_length = 256)]
     pub password: String,
     /// Web/API role; absent or null for an SMB-only account.
     pub role: Option<Role>,
@@ -29,7 +35,8 @@ pub struct CreateUser {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateUser {
-    /// New password.
+    /// New password (8-256 characters).
+    #[schema(min_length = 8, max_length = 256)]
     pub password: Option<String>,
     /// New role; null makes the account SMB-only.
     #[serde(default, deserialize_with = "double_option")]

@@ -18,9 +18,14 @@ use crate::state::{AppState, ConfigChange};
 #[serde(deny_unknown_fields)]
 pub struct CreateVolume {
     /// Name: 1-64 of `A-Z a-z 0-9 . _ -`.
+    #[schema(
+        pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        min_length = 1,
+        max_length = 64
+    )]
     pub name: String,
     /// Size: a multiple of 4096, at least 1 MiB.
-    #[schema(minimum = 1048576)]
+    #[schema(minimum = 1048576, maximum = 1125899906842624u64, multiple_of = 4096)]
     pub size_bytes: u64,
 }
 
@@ -29,7 +34,7 @@ pub struct CreateVolume {
 #[serde(deny_unknown_fields)]
 pub struct ResizeVolume {
     /// New size (volumes only grow).
-    #[schema(minimum = 1048576)]
+    #[schema(minimum = 1048576, maximum = 1125899906842624u64, multiple_of = 4096)]
     pub size_bytes: u64,
 }
 
