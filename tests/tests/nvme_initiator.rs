@@ -448,3 +448,53 @@ async fn nvme_host_not_allowed_is_refused() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nvme_controller_listed_in_sessions_and_admin_disconnect_drops_it() -> anyhow::Result<()> {
+    let p = QuarryProcess::start()?;
+    let nqn = "nqn.2026-11.io.quarry:sess";
+    provision(&p, "sv", 8 * MIB, nqn, None)?;
+    let mut c = Controller::connect(&Options::new(p.nvme, nqn)).await?;
+    let data = pattern(1, 1, 64 * 1024);
+    check(&c.write(0, 1, 0, data.clone(), 4096, false).await?, "write")?;
+    ensure!(c.read(0, 1, 0, 16, 4096).await? == data);
+    let api = p.admin()?;
+    let (s, list) = api.get("/api/v1/sessions")?;
+    ensure!(s == 200, "{s} {list}");
+    let sess = list
+        .as_array()
+        .context("sessions is not an array")?
+        .iter()
+        .find(|e| {
+            e["protocol"] == "nvme_tcp"
+                && e["user"] == TEST_HOSTNQN
+                && e["target"].as_str().is_some_and(|t| t.contains(nqn))
+        })
+        .with_context(|| format!("no NVMe session in {list}"))?
+        .clone();
+    ensure!(
+        sess["bytes_written"].as_u64() == Some(64 * 1024),
+        "bytes_written {sess}"
+    );
+    ensure!(
+        sess["bytes_read"].as_u64() == Some(64 * 1024),
+        "bytes_read {sess}"
+    );
+    let id = sess["id"].as_u64().context("id")?;
+    let (s, b) = api.delete(&format!("/api/v1/sessions/{id}"))?;
+    ensure!(s == 204, "{s} {b}");
+    // The controller's queues are closed within a few keep-alive ticks.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure!(
+        c.read(0, 1, 0, 1, 4096).await.is_err(),
+        "I/O queue still served after disconnect"
+    );
+    let (_, list) = api.get("/api/v1/sessions")?;
+    ensure!(
+        !list
+            .as_array()
+            .is_some_and(|a| a.iter().any(|e| e["id"].as_u64() == Some(id))),
+        "session still listed: {list}"
+    );
+    Ok(())
+}
