@@ -135,6 +135,7 @@ pub fn property_set(ctrl: &Controller, sqe: &Sqe) -> Status {
     if shn != 0 {
         a.csts = (a.csts & !(0x3 << 2)) | CSTS_SHST_COMPLETE;
     }
+    ctrl.set_ready(a.csts & CSTS_RDY != 0);
     Status::SUCCESS
 }
 

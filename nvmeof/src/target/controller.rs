@@ -107,6 +107,7 @@ pub struct Controller {
     pub hostid: [u8; 16],
     admin: Mutex<AdminState>,
     last_activity_ms: AtomicU64,
+    ready: AtomicBool,
     dead: AtomicBool,
     waker: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
     observer: Option<Arc<dyn SessionObserver>>,
@@ -148,6 +149,16 @@ impl Controller {
         }
         let last = self.last_activity_ms.load(Ordering::Relaxed);
         now_ms.saturating_sub(last) > kato + KATO_GRACE_MS
+    }
+
+    /// CSTS.RDY as an atomic, so I/O queues check it without the admin lock.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Publishes CSTS.RDY (called with the admin state updated).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
     }
 
     /// Whether the controller was torn down; its queues must close.
@@ -367,6 +378,7 @@ impl Target {
                 ..Default::default()
             }),
             last_activity_ms: AtomicU64::new(now_ms),
+            ready: AtomicBool::new(false),
             dead: AtomicBool::new(false),
             waker: Mutex::new(None),
             observer,

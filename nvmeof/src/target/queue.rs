@@ -472,8 +472,7 @@ impl Queue {
         if sqe.opcode() == admin_opc::FABRICS {
             return self.fabrics(&ctrl, &sqe, now_ms);
         }
-        let enabled = ctrl.admin().csts & CSTS_RDY != 0;
-        if !enabled {
+        if !ctrl.is_ready() {
             return self.respond(cid, Status::generic(sc::COMMAND_SEQUENCE), 0, 0);
         }
         if self.qid == 0 {
@@ -670,11 +669,10 @@ impl Queue {
                 if c.kind != ControllerKind::Io {
                     return Err(invalid(42, false));
                 }
-                let mut a = c.admin();
-                if a.csts & CSTS_RDY == 0 {
-                    drop(a);
+                if !c.is_ready() {
                     return Err((Status::generic(sc::COMMAND_SEQUENCE), 0));
                 }
+                let mut a = c.admin();
                 let granted = a.io_queues_granted.unwrap_or(MAX_IO_QUEUES);
                 if cmd.qid > granted || !a.io_queues.insert(cmd.qid) {
                     drop(a);
