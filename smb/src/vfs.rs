@@ -213,7 +213,9 @@ pub struct CreateRequest<'a> {
     pub write: bool,
     /// Open for reading data (FILE_READ_DATA / FILE_EXECUTE granted).
     pub read: bool,
-    /// Initial allocation size hint for a created file (0 = none). Not charged to the quota.
+    /// AllocationSize from the request: for a created, overwritten or superseded file this
+    /// open reports at least this allocation (rounded up to the cluster), as Windows and
+    /// Samba do; no space is reserved and nothing is charged to the quota. 0 = none.
     pub allocation_size: u64,
 }
 
@@ -226,7 +228,8 @@ pub struct FileInfo {
     pub last_access_time: FileTime,
     /// LastWriteTime (mtime).
     pub last_write_time: FileTime,
-    /// ChangeTime (ctime).
+    /// ChangeTime (the POSIX implementation reports the last write time: ctime cannot be
+    /// set, and clients expect the value they set back).
     pub change_time: FileTime,
     /// EndOfFile: the byte size (0 for directories).
     pub end_of_file: u64,
@@ -332,7 +335,8 @@ pub trait FsFile: Send + Sync {
     /// and releasing shrinkage.
     fn set_end_of_file(&self, size: u64) -> Result<(), FsError>;
     /// Sets the allocation size (FileAllocationInformation): below the end of file it
-    /// truncates; above, it is accepted without reserving space.
+    /// truncates; above, it is accepted without reserving space (this open then reports it
+    /// as its AllocationSize).
     fn set_allocation_size(&self, size: u64) -> Result<(), FsError>;
     /// Renames this open's file or directory to `new_path` (client syntax, relative to the
     /// share). With `replace_if_exists` an existing file target is replaced (its space

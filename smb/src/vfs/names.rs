@@ -21,9 +21,10 @@ const RESERVED_NAMES: &[&str] = &["CON", "PRN", "AUX", "NUL"];
 const RESERVED_NUMBERED: &[&str] = &["COM", "LPT"];
 
 /// Splits a client path into validated components. The empty path is the share root (no
-/// components). One trailing `\` is tolerated (`dir\`).
+/// components). `\` separates components; `/` is accepted as a separator too (Samba does
+/// the same, and smbtorture relies on it). One trailing separator is tolerated (`dir\`).
 ///
-/// Refuses: a leading `\` (an absolute path; MS-SMB2 3.3.5.9 and Windows answer
+/// Refuses: a leading separator (an absolute path; Windows and Samba answer
 /// INVALID_PARAMETER); empty components (`a\\b`) as OBJECT_NAME_INVALID; `.` and `..`
 /// components as OBJECT_PATH_SYNTAX_BAD; anything [`validate_component`] refuses.
 pub fn split_path(path: &str) -> Result<Vec<&str>, FsError> {
@@ -33,13 +34,13 @@ pub fn split_path(path: &str) -> Result<Vec<&str>, FsError> {
     if path.is_empty() {
         return Ok(Vec::new());
     }
-    if path.starts_with('\\') {
+    if path.starts_with(is_separator) {
         return Err(FsError::InvalidParameter(format!(
-            "leading backslash in {path:?}"
+            "leading separator in {path:?}"
         )));
     }
-    let trimmed = path.strip_suffix('\\').unwrap_or(path);
-    let mut parts: Vec<&str> = trimmed.split('\\').collect();
+    let trimmed = path.strip_suffix(is_separator).unwrap_or(path);
+    let mut parts: Vec<&str> = trimmed.split(is_separator).collect();
     let last = parts.len().saturating_sub(1);
     for (i, part) in parts.iter_mut().enumerate() {
         if i == last {
@@ -48,6 +49,11 @@ pub fn split_path(path: &str) -> Result<Vec<&str>, FsError> {
         validate_component(part)?;
     }
     Ok(parts)
+}
+
+/// Path separators a client may use.
+fn is_separator(c: char) -> bool {
+    c == '\\' || c == '/'
 }
 
 /// Strips a trailing `::$DATA` (the unnamed stream), case-insensitively.
@@ -128,6 +134,72 @@ pub fn path_is_within(path: &str, dir: &str) -> bool {
         && (p.len() == d.len() || p.get(d.len()) == Some(&'\\'))
 }
 
+/// Characters allowed in a DOS 8.3 name besides ASCII letters and digits.
+const DOS_EXTRA_CHARS: &str = "!#$%&'()-@^_`{}~";
+/// Longest base of an 8.3 name.
+const DOS_BASE_LEN: usize = 8;
+/// Longest extension of an 8.3 name.
+const DOS_EXT_LEN: usize = 3;
+/// Characters of the long name kept in front of the `~` of a generated short name.
+const DOS_MANGLE_PREFIX: usize = 4;
+
+fn dos_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || DOS_EXTRA_CHARS.contains(c)
+}
+
+/// Whether `name` is already a valid DOS 8.3 name (case-insensitively), so it is its own
+/// short name (FileBothDirectoryInformation then reports no ShortName).
+pub fn is_8dot3(name: &str) -> bool {
+    if name == "." || name == ".." {
+        return true;
+    }
+    let (base, ext) = match name.split_once('.') {
+        Some((b, e)) => (b, Some(e)),
+        None => (name, None),
+    };
+    let base_ok = (1..=DOS_BASE_LEN).contains(&base.len()) && base.chars().all(dos_char);
+    let ext_ok =
+        ext.is_none_or(|e| (1..=DOS_EXT_LEN).contains(&e.len()) && e.chars().all(dos_char));
+    base_ok && ext_ok
+}
+
+/// The DOS 8.3 alternate name of `name` (FileAlternateNameInformation, the ShortName of
+/// directory entries): the upper-cased name itself if it is 8.3 already, else a
+/// deterministic mangled form `PREF~HHH.EXT` (a hash of the long name instead of a
+/// per-directory counter, so it needs no directory state and is stable across listings).
+pub fn short_name(name: &str) -> String {
+    if is_8dot3(name) {
+        return name.to_ascii_uppercase();
+    }
+    const FNV_OFFSET: u32 = 0x811c_9dc5;
+    const FNV_PRIME: u32 = 0x0100_0193;
+    let hash = name.bytes().fold(FNV_OFFSET, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(FNV_PRIME)
+    });
+    let clean = |s: &str, n: usize| -> String {
+        s.chars()
+            .filter(|c| dos_char(*c))
+            .take(n)
+            .map(|c| c.to_ascii_uppercase())
+            .collect()
+    };
+    let (base, ext) = match name.rsplit_once('.') {
+        Some((b, e)) if !b.is_empty() => (b, e),
+        _ => (name, ""),
+    };
+    let mut prefix = clean(base, DOS_MANGLE_PREFIX);
+    if prefix.is_empty() {
+        prefix.push('_');
+    }
+    let mut short = format!("{prefix}~{:03X}", hash & 0xFFF);
+    let ext = clean(ext, DOS_EXT_LEN);
+    if !ext.is_empty() {
+        short.push('.');
+        short.push_str(&ext);
+    }
+    short
+}
+
 /// Folds one character for case-insensitive comparison the way Windows does: a 1:1 upcase
 /// (characters whose uppercase is several characters stay as they are).
 pub fn fold_char(c: char) -> char {
@@ -166,6 +238,7 @@ mod tests {
             vec!["dir", "sub", "file.txt"]
         );
         assert_eq!(split_path("dir\\").unwrap(), vec!["dir"]);
+        assert_eq!(split_path("dir/sub\\f").unwrap(), vec!["dir", "sub", "f"]);
         assert_eq!(split_path("f.bin::$DATA").unwrap(), vec!["f.bin"]);
         assert_eq!(split_path("f.bin::$data").unwrap(), vec!["f.bin"]);
         assert_eq!(
@@ -182,7 +255,8 @@ mod tests {
         assert_eq!(status("\\etc\\passwd"), nt::INVALID_PARAMETER);
         assert_eq!(status("\\"), nt::INVALID_PARAMETER);
         assert_eq!(status("a\\\\b"), nt::OBJECT_NAME_INVALID);
-        assert_eq!(status("a/../../b"), nt::OBJECT_NAME_INVALID);
+        assert_eq!(status("a/../../b"), nt::OBJECT_PATH_SYNTAX_BAD);
+        assert_eq!(status("/etc/passwd"), nt::INVALID_PARAMETER);
     }
 
     #[test]
@@ -198,7 +272,6 @@ mod tests {
             "a>",
             "a|",
             "a\u{1}",
-            "x/y",
         ] {
             assert_eq!(status(bad), nt::OBJECT_NAME_INVALID, "{bad:?}");
         }
@@ -243,6 +316,35 @@ mod tests {
         assert!(path_is_within("a\\b\\c", ""));
         assert!(!path_is_within("dir2\\file", "dir"));
         assert!(!path_is_within("di", "dir"));
+    }
+
+    #[test]
+    fn short_names_are_8dot3() {
+        assert!(is_8dot3("README.TXT"));
+        assert!(is_8dot3("readme.txt"));
+        assert!(is_8dot3("A"));
+        assert!(!is_8dot3("longername.txt"));
+        assert!(!is_8dot3("a.b.c"));
+        assert!(!is_8dot3("a b.txt"));
+        assert!(!is_8dot3("été.txt"));
+        assert_eq!(short_name("readme.txt"), "README.TXT");
+        for long in [
+            "Long File Name.docx",
+            "été.txt",
+            ".bashrc",
+            "a.b.c",
+            "ñññññññññ",
+        ] {
+            let s = short_name(long);
+            assert!(is_8dot3(&s), "{long:?} -> {s:?}");
+            assert!(s.contains('~'), "{s}");
+            assert_eq!(s, short_name(long), "deterministic");
+        }
+        assert!(short_name("Long File Name.docx").ends_with(".DOC"));
+        assert_ne!(
+            short_name("report-2024-01.pdf"),
+            short_name("report-2024-02.pdf")
+        );
     }
 
     #[test]

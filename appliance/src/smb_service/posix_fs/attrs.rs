@@ -153,7 +153,9 @@ pub fn file_info(st: &Stat, stored: &Stored) -> FileInfo {
             .unwrap_or_else(|| ft(st.btime.unwrap_or(fallback_birth))),
         last_access_time: ft(st.atime),
         last_write_time: ft(st.mtime),
-        change_time: ft(st.ctime),
+        // POSIX ctime cannot be set, and clients set ChangeTime with the other times and
+        // expect it back: report the last write time, as Samba does.
+        change_time: ft(st.mtime),
         end_of_file: if is_dir { 0 } else { st.size },
         allocation_size: if is_dir {
             0

@@ -8,6 +8,7 @@
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use quarry_smb::vfs::names::split_path;
@@ -38,6 +39,15 @@ pub struct PosixFile {
     /// Stored path components from the share root (updated by rename).
     path: Mutex<Vec<String>>,
     size_lock: Arc<RwLock<()>>,
+    /// Allocation this open reports at least (CREATE AllocationSize, SET_INFO Allocation).
+    allocation_hint: AtomicU64,
+}
+
+/// Allocation unit that allocation sizes are rounded up to.
+const CLUSTER: u64 = 4096;
+
+fn round_to_cluster(size: u64) -> u64 {
+    size.div_ceil(CLUSTER).saturating_mul(CLUSTER)
 }
 
 fn io_err(context: &str) -> impl FnOnce(std::io::Error) -> FsError + '_ {
@@ -65,12 +75,25 @@ impl PosixFile {
             write_through,
             path: Mutex::new(path),
             size_lock,
+            allocation_hint: AtomicU64::new(0),
         })
     }
 
     /// Current metadata.
     pub(crate) fn current_info(&self) -> Result<FileInfo, FsError> {
-        Ok(attrs::info_of(self.file.as_fd(), &self.share.xattrs)?.1)
+        let mut info = attrs::info_of(self.file.as_fd(), &self.share.xattrs)?.1;
+        if !self.is_dir {
+            info.allocation_size = info
+                .allocation_size
+                .max(self.allocation_hint.load(Ordering::Relaxed));
+        }
+        Ok(info)
+    }
+
+    /// Makes this open report at least `size` bytes allocated (rounded up to a cluster).
+    pub(crate) fn set_allocation_hint(&self, size: u64) {
+        self.allocation_hint
+            .store(round_to_cluster(size), Ordering::Relaxed);
     }
 
     /// The open's current path components. The kernel's view (`/proc/self/fd`) wins, so a
@@ -320,6 +343,7 @@ impl FsFile for PosixFile {
         if size < self.size()? {
             self.resize(size)?;
         }
+        self.set_allocation_hint(size);
         Ok(())
     }
 

@@ -225,6 +225,7 @@ impl PosixShareFs {
         };
         if truncate {
             file.truncate_for_overwrite(req.attributes)?;
+            file.set_allocation_hint(req.allocation_size);
         }
         let info = file.current_info()?;
         Ok(Opened {
@@ -279,6 +280,9 @@ impl PosixShareFs {
             !is_dir,
             write_through,
         )?;
+        if !is_dir {
+            file.set_allocation_hint(req.allocation_size);
+        }
         let info = file.current_info()?;
         Ok(Opened {
             file: Box::new(file),

@@ -839,3 +839,54 @@ fn racing_creates_of_one_directory_both_succeed() {
         3
     );
 }
+
+#[test]
+fn allocation_size_requests_are_reported_not_reserved() {
+    let fx = fixture_with(Some(1 << 20), false);
+    let r = CreateRequest {
+        allocation_size: 1 << 20,
+        ..req("a", D::OverwriteIf)
+    };
+    let o = fx.fs.create(&r).unwrap();
+    assert_eq!((o.info.allocation_size, o.info.end_of_file), (1 << 20, 0));
+    assert_eq!(fx.quota.used(), 0);
+    // Overwrite with a hint again, and a plain open reports the real allocation.
+    let o2 = fx
+        .fs
+        .create(&CreateRequest {
+            allocation_size: 5000,
+            ..req("a", D::OverwriteIf)
+        })
+        .unwrap();
+    assert_eq!(o2.info.allocation_size, 8192);
+    assert_eq!(open(&fx, "a", D::Open).unwrap().info.allocation_size, 0);
+    o2.file.set_allocation_size(100_000).unwrap();
+    assert_eq!(o2.file.info().unwrap().allocation_size, 102_400);
+    // ChangeTime follows the write time, which clients can set.
+    let t = 116_444_736_000_000_000u64; // 1970
+    o2.file
+        .set_basic_info(&BasicInfoChange {
+            last_write_time: Some(t),
+            change_time: Some(t),
+            ..Default::default()
+        })
+        .unwrap();
+    let info = o2.file.info().unwrap();
+    assert_eq!((info.last_write_time, info.change_time), (t, t));
+}
+
+#[test]
+fn forward_slashes_separate_components() {
+    let fx = fixture();
+    mkdir(&fx, "d");
+    open(&fx, "d/f", D::Create).unwrap();
+    assert!(fx.root.join("d/f").exists());
+    assert_eq!(
+        open(&fx, "d/../../x", D::Create).unwrap_err(),
+        nt::OBJECT_PATH_SYNTAX_BAD
+    );
+    assert_eq!(
+        open(&fx, "/d/f", D::Open).unwrap_err(),
+        nt::INVALID_PARAMETER
+    );
+}
