@@ -52,9 +52,18 @@ if [ "$force" -eq 0 ] && [ -f "$out/ready" ]; then
     exit 0
 fi
 
+mkdir -p "$GUEST_CACHE_ROOT/debs"
+# One build at a time (parallel test runs share the cache); whoever waited
+# finds the image ready.
+exec 9>"$GUEST_CACHE_ROOT/.build.lock"
+flock 9
+if [ "$force" -eq 0 ] && [ -f "$out/ready" ]; then
+    echo "$out"
+    exit 0
+fi
+
 t0="$(date +%s.%N)"
 guest_log "building guest image $out"
-mkdir -p "$GUEST_CACHE_ROOT/debs"
 work="$(mktemp -d "$GUEST_CACHE_ROOT/.build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
@@ -150,5 +159,9 @@ touch "$work/out/ready"
 
 rm -rf "$out"
 mv "$work/out" "$out"
+# Drop images built from other inputs (same naming scheme only).
+for old in "$GUEST_CACHE_ROOT"/*-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]; do
+    [ -d "$old" ] && [ "$old" != "$out" ] && [ -f "$old/ready" ] && rm -rf "$old"
+done
 guest_log "built in $(cat "$out/build-secs")s: $(tail -n1 "$out/manifest")"
 echo "$out"

@@ -41,17 +41,18 @@ NVME_NS_ADD_WAIT="${NVME_NS_ADD_WAIT:-30}"
 NVME_CONNECT_WAIT_SECS=30
 MNT=/mnt/nvme
 SRC=/tmp/nvme-src.bin
-S="nvme_tcp"
+S="nvme_$NVME_TRANSPORT"
 
 run_step "$S.modules" modprobe -a "nvme-$NVME_TRANSPORT" nvme-fabrics nvme-core ext4 crc32c_generic || exit 1
 HOSTNQN="$(guest_hostnqn)"
 mkdir -p "$MNT"
 
-# nvme-cli's "key : value" output, value of KEY.
+# nvme-cli's "key : value" output, value of KEY (lower case, "_" for spaces:
+# "Data Units Written" is data_units_written).
 field() {
     awk -v k="$1" '{ i = index($0, ":"); if (i == 0) next
-        key = substr($0, 1, i - 1); sub(/[ \t]+$/, "", key)
-        if (key == k) { v = substr($0, i + 1); sub(/^[ \t]+/, "", v); print v; exit } }'
+        key = tolower(substr($0, 1, i - 1)); sub(/[ \t]+$/, "", key); gsub(/ /, "_", key)
+        if (key == k) { v = substr($0, i + 1); sub(/^[ \t]+/, "", v); sub(/[ \t]+$/, "", v); print v; exit } }'
 }
 
 # Controller (nvmeN) connected to NVME_NQN, or nothing.
