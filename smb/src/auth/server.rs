@@ -46,8 +46,9 @@ pub struct ServerNames {
     pub dns_computer: String,
 }
 
-/// What a successful [`NtlmServer::step`] produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a successful [`NtlmServer::step`] produced. Its `Debug` output never shows the
+/// session key.
+#[derive(Clone, PartialEq, Eq)]
 pub enum AuthStep {
     /// More legs needed: send this token with STATUS_MORE_PROCESSING_REQUIRED.
     Continue(Vec<u8>),
@@ -67,6 +68,27 @@ pub enum AuthStep {
         /// decides whether to allow it (guest/anonymous is refused unless a share allows it).
         anonymous: bool,
     },
+}
+
+impl std::fmt::Debug for AuthStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Continue(t) => f.debug_tuple("Continue").field(&t.len()).finish(),
+            Self::Done {
+                token,
+                user,
+                domain,
+                anonymous,
+                ..
+            } => f
+                .debug_struct("Done")
+                .field("token_len", &token.len())
+                .field("user", user)
+                .field("domain", domain)
+                .field("anonymous", anonymous)
+                .finish_non_exhaustive(),
+        }
+    }
 }
 
 /// The NEGOTIATE response's security buffer: SPNEGO NegTokenInit2 advertising NTLMSSP.
@@ -105,8 +127,9 @@ pub struct NtlmServer {
     state: State,
 }
 
-/// Result of verifying an AUTHENTICATE message against its exchange.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Result of verifying an AUTHENTICATE message against its exchange. Its `Debug` output never
+/// shows the session key.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Verified {
     /// User name from the message.
     pub user: String,
@@ -120,6 +143,17 @@ pub struct Verified {
     pub flags: u32,
     /// Timestamp from the client's NTLMv2 blob (0 if anonymous).
     pub client_timestamp: u64,
+}
+
+impl std::fmt::Debug for Verified {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Verified")
+            .field("user", &self.user)
+            .field("domain", &self.domain)
+            .field("anonymous", &self.anonymous)
+            .field("flags", &format_args!("{:#010x}", self.flags))
+            .finish_non_exhaustive()
+    }
 }
 
 /// Verifies an AUTHENTICATE_MESSAGE: NTLMv2 proof, session key (with key exchange), and the
