@@ -24,49 +24,14 @@ pub mod wildcard;
 
 use std::fmt;
 
-/// NTSTATUS values this module maps errors to (MS-ERREF 2.3.1). Kept local so the storage
-/// boundary does not depend on the wire codec; the values are those of `proto::status`.
+/// NTSTATUS values the storage layer maps errors to (MS-ERREF 2.3.1): the codec's table
+/// ([`crate::proto::status`]) plus the few file-system statuses it does not carry.
 pub mod nt {
-    /// Generic failure (unmapped I/O errors).
-    pub const UNSUCCESSFUL: u32 = 0xC000_0001;
-    /// A parameter is invalid.
-    pub const INVALID_PARAMETER: u32 = 0xC000_000D;
-    /// Access denied.
-    pub const ACCESS_DENIED: u32 = 0xC000_0022;
-    /// The name is not valid.
-    pub const OBJECT_NAME_INVALID: u32 = 0xC000_0033;
-    /// The name does not exist.
-    pub const OBJECT_NAME_NOT_FOUND: u32 = 0xC000_0034;
-    /// The name exists and the disposition forbids it.
-    pub const OBJECT_NAME_COLLISION: u32 = 0xC000_0035;
-    /// An intermediate directory does not exist.
-    pub const OBJECT_PATH_NOT_FOUND: u32 = 0xC000_003A;
-    /// The path syntax is invalid (`..` escapes).
-    pub const OBJECT_PATH_SYNTAX_BAD: u32 = 0xC000_003B;
-    /// The disk (or the share's quota) is full.
-    pub const DISK_FULL: u32 = 0xC000_007F;
-    /// The target is a directory but a file was required.
-    pub const FILE_IS_A_DIRECTORY: u32 = 0xC000_00BA;
-    /// The operation is not supported.
-    pub const NOT_SUPPORTED: u32 = 0xC000_00BB;
-    /// The directory is not empty.
-    pub const DIRECTORY_NOT_EMPTY: u32 = 0xC000_0101;
-    /// The target is not a directory.
-    pub const NOT_A_DIRECTORY: u32 = 0xC000_0103;
-    /// The name is too long.
-    pub const NAME_TOO_LONG: u32 = 0xC000_0106;
-    /// The object cannot be deleted (read-only attribute, share root).
-    pub const CANNOT_DELETE: u32 = 0xC000_0121;
-    /// The media is write protected (read-only share).
-    pub const MEDIA_WRITE_PROTECTED: u32 = 0xC000_00A2;
+    pub use crate::proto::status::*;
     /// A file-system I/O error (EIO).
     pub const IO_DEVICE_ERROR: u32 = 0xC000_0185;
-    /// Too many open files (EMFILE/ENFILE).
-    pub const TOO_MANY_OPENED_FILES: u32 = 0xC000_011F;
     /// The file is too large for the file system (EFBIG).
     pub const FILE_TOO_LARGE: u32 = 0xC000_0904;
-    /// The object is not of the expected type (e.g. a fifo or device node in the share).
-    pub const OBJECT_TYPE_MISMATCH: u32 = 0xC000_0024;
     /// The lock range is invalid (offset + length overflows).
     pub const INVALID_LOCK_RANGE: u32 = 0xC000_01A1;
 }

@@ -37,9 +37,6 @@ pub const LOCKFLAG_UNLOCK: u32 = 0x4;
 /// SMB2_LOCKFLAG_FAIL_IMMEDIATELY.
 pub const LOCKFLAG_FAIL_IMMEDIATELY: u32 = 0x10;
 
-/// STATUS_INVALID_LOCK_RANGE (not in the codec's table).
-const STATUS_INVALID_LOCK_RANGE: u32 = 0xC000_01A1;
-
 /// Why a lock operation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum LockError {
@@ -69,7 +66,7 @@ impl LockError {
         match self {
             LockError::NotGranted => status::LOCK_NOT_GRANTED,
             LockError::RangeNotLocked => status::RANGE_NOT_LOCKED,
-            LockError::InvalidRange => STATUS_INVALID_LOCK_RANGE,
+            LockError::InvalidRange => crate::vfs::nt::INVALID_LOCK_RANGE,
             LockError::InvalidFlags => status::INVALID_PARAMETER,
             LockError::TooMany => status::INSUFFICIENT_RESOURCES,
             LockError::IoConflict => status::FILE_LOCK_CONFLICT,

@@ -28,6 +28,12 @@ impl Default for XattrSupport {
 }
 
 impl XattrSupport {
+    /// Behaves as on a file system without user xattrs (tests of the fallback).
+    #[cfg(test)]
+    pub(crate) fn disable(&self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+
     fn enabled(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }

@@ -890,3 +890,29 @@ fn forward_slashes_separate_components() {
         nt::INVALID_PARAMETER
     );
 }
+
+#[test]
+fn without_xattrs_attributes_fall_back_to_defaults() {
+    let fx = fixture();
+    fx.fs.inner.xattrs.disable();
+    let o = fx
+        .fs
+        .create(&CreateRequest {
+            attributes: attr::HIDDEN,
+            ..req("f", D::Create)
+        })
+        .unwrap();
+    // Nothing can be stored: the defaults are reported and changes are accepted, not kept.
+    assert_eq!(o.info.attributes, attr::ARCHIVE);
+    o.file
+        .set_basic_info(&BasicInfoChange {
+            attributes: Some(attr::READONLY),
+            creation_time: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+    let info = o.file.info().unwrap();
+    assert_eq!(info.attributes, attr::ARCHIVE);
+    assert!(info.creation_time > 1);
+    assert!(mkdir(&fx, "d").info.attributes == attr::DIRECTORY);
+}
