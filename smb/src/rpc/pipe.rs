@@ -45,6 +45,7 @@ struct PendingRequest {
 #[derive(Debug)]
 pub struct SrvsvcPipe {
     shares: Vec<ShareEntry>,
+    server: Option<srvsvc::ServerInfo>,
     bound_contexts: Vec<u16>,
     max_xmit: u16,
     input: Vec<u8>,
@@ -58,6 +59,7 @@ impl SrvsvcPipe {
     pub fn new(shares: Vec<ShareEntry>) -> Self {
         Self {
             shares,
+            server: None,
             bound_contexts: Vec::new(),
             max_xmit: pdu::MAX_FRAG,
             input: Vec::new(),
@@ -65,6 +67,16 @@ impl SrvsvcPipe {
             output: VecDeque::new(),
             read_offset: 0,
         }
+    }
+
+    /// Also answers NetrServerGetInfo (levels 100, 101) with this name and comment; without
+    /// it that call gets an op-range fault.
+    pub fn with_server_info(mut self, name: impl Into<String>, comment: impl Into<String>) -> Self {
+        self.server = Some(srvsvc::ServerInfo {
+            name: name.into(),
+            comment: comment.into(),
+        });
+        self
     }
 
     /// Accepts bytes the client wrote. Whole PDUs are processed at once and their replies
@@ -263,6 +275,17 @@ impl SrvsvcPipe {
                 .map(|r| srvsvc::share_enum_response(&r, &self.shares)),
             srvsvc::OPNUM_NETR_SHARE_GET_INFO => srvsvc::parse_share_get_info(&p.stub)
                 .map(|r| srvsvc::share_get_info_response(&r, &self.shares)),
+            srvsvc::OPNUM_NETR_SERVER_GET_INFO => match &self.server {
+                Some(info) => srvsvc::parse_server_get_info(&p.stub)
+                    .map(|r| srvsvc::server_get_info_response(&r, info)),
+                None => {
+                    return self.queue(pdu::build_fault(
+                        p.call_id,
+                        p.context_id,
+                        fault::OP_RNG_ERROR,
+                    ))
+                }
+            },
             _ => {
                 return self.queue(pdu::build_fault(
                     p.call_id,

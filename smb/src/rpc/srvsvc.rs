@@ -13,6 +13,15 @@ pub const OPNUM_NETR_SHARE_ENUM: u16 = 15;
 /// NetrShareGetInfo.
 pub const OPNUM_NETR_SHARE_GET_INFO: u16 = 16;
 
+/// NetrServerGetInfo.
+pub const OPNUM_NETR_SERVER_GET_INFO: u16 = 21;
+/// PLATFORM_ID_NT.
+pub const PLATFORM_ID_NT: u32 = 500;
+/// Version reported in SERVER_INFO_101 (6.1, as Samba reports).
+pub const SERVER_VERSION: (u32, u32) = (6, 1);
+/// SV_TYPE_WORKSTATION | SV_TYPE_SERVER | SV_TYPE_NT | SV_TYPE_SERVER_NT.
+pub const SERVER_TYPE: u32 = 0x0000_0001 | 0x0000_0002 | 0x0000_1000 | 0x0000_8000;
+
 /// Win32/NERR results carried in the WERROR return value.
 pub mod werror {
     /// ERROR_SUCCESS.
@@ -214,6 +223,60 @@ pub fn share_get_info_response(req: &ShareGetInfoRequest, shares: &[ShareEntry])
         None => {
             w.ptr(false);
             w.u32(werror::NET_NAME_NOT_FOUND);
+        }
+    }
+    w.into_bytes()
+}
+
+/// What NetrServerGetInfo reports about the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// NetBIOS-style server name, e.g. "QUARRY".
+    pub name: String,
+    /// Server comment shown by browsers.
+    pub comment: String,
+}
+
+/// A decoded NetrServerGetInfo request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerGetInfoRequest {
+    /// Requested level (100 and 101 are supported).
+    pub level: u32,
+}
+
+/// Decodes a NetrServerGetInfo request stub.
+pub fn parse_server_get_info(stub: &[u8]) -> Result<ServerGetInfoRequest, RpcError> {
+    let mut r = NdrReader::new(stub);
+    if r.ptr()? != 0 {
+        r.wstr()?;
+    }
+    Ok(ServerGetInfoRequest { level: r.u32()? })
+}
+
+/// Encodes the NetrServerGetInfo response stub (SERVER_INFO_100 or _101).
+pub fn server_get_info_response(req: &ServerGetInfoRequest, info: &ServerInfo) -> Vec<u8> {
+    let mut w = NdrWriter::new();
+    w.u32(req.level);
+    match req.level {
+        100 | 101 => {
+            w.ptr(true);
+            w.u32(PLATFORM_ID_NT);
+            w.ptr(true); // name
+            if req.level == 101 {
+                w.u32(SERVER_VERSION.0);
+                w.u32(SERVER_VERSION.1);
+                w.u32(SERVER_TYPE);
+                w.ptr(true); // comment
+            }
+            w.wstr(&info.name);
+            if req.level == 101 {
+                w.wstr(&info.comment);
+            }
+            w.u32(werror::OK);
+        }
+        _ => {
+            w.ptr(false);
+            w.u32(werror::INVALID_LEVEL);
         }
     }
     w.into_bytes()

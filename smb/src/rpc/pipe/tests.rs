@@ -153,6 +153,13 @@ fn faults_for_unbound_context_unknown_opnum_and_bad_stub() {
     assert_eq!(&r.data[24..28], &fault::NDR.to_le_bytes());
     // Garbage that is not DCE/RPC makes the pipe unusable: an error, not a panic.
     assert!(pipe.write(&[0xff; 32]).is_err());
+    // NetrServerGetInfo without server info configured: op-range fault.
+    let mut pipe = SrvsvcPipe::new(samba_shares());
+    pipe.transact(&unhex(SMBCLIENT_BIND), 4280).unwrap();
+    let mut server_info = req.clone();
+    server_info[22] = 21;
+    let r = pipe.transact(&server_info, 4280).unwrap().unwrap();
+    assert_eq!(&r.data[24..28], &fault::OP_RNG_ERROR.to_le_bytes());
 }
 
 #[test]
@@ -198,7 +205,7 @@ fn mutated_pdus_never_panic() {
 #[path = "impacket_vectors.rs"]
 mod impacket_vectors;
 
-/// Requests built by impacket's srvsvc client (every level of both calls) still get exactly
+/// Requests built by impacket's srvsvc client (every level of all three calls) still get exactly
 /// the replies impacket decoded and checked when the vectors were recorded.
 #[test]
 fn impacket_requests_get_the_replies_impacket_accepted() {
@@ -219,8 +226,8 @@ fn impacket_requests_get_the_replies_impacket_accepted() {
             comment: "IPC Service (Quarry)".into(),
         },
     ];
-    let mut pipe = SrvsvcPipe::new(shares);
-    assert_eq!(impacket_vectors::IMPACKET_EXCHANGES.len(), 12);
+    let mut pipe = SrvsvcPipe::new(shares).with_server_info("QUARRY", "Quarry storage appliance");
+    assert_eq!(impacket_vectors::IMPACKET_EXCHANGES.len(), 14);
     for (req, expected) in impacket_vectors::IMPACKET_EXCHANGES {
         pipe.write(&unhex(req)).unwrap();
         let mut got = Vec::new();

@@ -93,6 +93,15 @@ try:
 except Exception as e:
     print("missing share decode:", type(e).__name__, e)
     raise
+for level in [100, 101]:
+    req = srvsvc.NetrServerGetInfo()
+    req['ServerName'] = 'quarry\x00'
+    req['Level'] = level
+    resp = call(req, srvsvc.NetrServerGetInfoResponse)
+    info = resp['InfoStruct']['ServerInfo%d' % level]
+    print("server info", level, resp['ErrorCode'], info['sv%d_platform_id' % level], info['sv%d_name' % level][:-1],
+          '' if level == 100 else (info['sv101_version_major'], info['sv101_version_minor'], hex(info['sv101_type']), info['sv101_comment'][:-1]))
+    assert resp['ErrorCode'] == 0 and info['sv%d_name' % level] == 'QUARRY\x00'
 print("IMPACKET-DECODE-OK")
 import sys
 if len(sys.argv) > 1:
