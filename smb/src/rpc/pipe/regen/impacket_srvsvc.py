@@ -107,7 +107,7 @@ import sys
 if len(sys.argv) > 1:
     lines = ["//! srvsvc exchanges with requests built by impacket 0.13 (`impacket.dcerpc.v5.srvs`:",
              "//! bind, NetrShareEnum levels 0/1/2/501/502, NetrShareGetInfo levels 0/1/2/501/502",
-             "//! for \"DATASETS\", and for a missing share) and the replies of `SrvsvcPipe` that",
+             "//! for \"DATASETS\", a missing share, NetrServerGetInfo 100/101) and the replies of `SrvsvcPipe` that",
              "//! impacket decoded and checked (names, remarks, types, totals, error codes) when this",
              "//! file was generated. Shares: datasets (\"Training data\"), checkpoints (\"\"), IPC$",
              "//! (\"IPC Service (Quarry)\").", "",
