@@ -189,7 +189,7 @@ pub fn verify_authenticate(
     let nt_hash = creds
         .nt_hash(&a.user, &a.domain)
         .ok_or(AuthError::LogonFailure)?;
-    let upper = a.domain.to_uppercase();
+    let upper = super::ntlm::crypto::upcase_like_windows(&a.domain);
     let candidates = [a.domain.as_str(), upper.as_str(), ""];
     let mut found = None;
     for (i, dom) in candidates.iter().enumerate() {

@@ -36,9 +36,23 @@ pub fn hmac_md5(key: &[u8], parts: &[&[u8]]) -> [u8; 16] {
     out
 }
 
+/// Upper-cases the way Windows' RtlUpcaseUnicodeString does for NTOWFv2: character by
+/// character, never changing the length (so 'ß' stays 'ß' where Rust's full mapping gives "SS").
+pub fn upcase_like_windows(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            let mut up = c.to_uppercase();
+            match (up.next(), up.next()) {
+                (Some(u), None) => u,
+                _ => c,
+            }
+        })
+        .collect()
+}
+
 /// NTOWFv2 = HMAC_MD5(NT hash, UTF-16LE(Uppercase(user) || domain)).
 pub fn ntowfv2(nt_hash: &[u8; 16], user: &str, domain: &str) -> [u8; 16] {
-    let mut ud = user.to_uppercase();
+    let mut ud = upcase_like_windows(user);
     ud.push_str(domain);
     hmac_md5(nt_hash, &[&utf16le(&ud)])
 }
@@ -207,6 +221,13 @@ mod tests {
             keys.client_sealing.to_vec(),
             unhex("59f600973cc4960a25480a7c196e4c58")
         );
+    }
+
+    #[test]
+    fn upcase_keeps_length() {
+        assert_eq!(upcase_like_windows("alice"), "ALICE");
+        assert_eq!(upcase_like_windows("straße"), "STRAßE");
+        assert_eq!(upcase_like_windows("élan"), "ÉLAN");
     }
 
     #[test]
