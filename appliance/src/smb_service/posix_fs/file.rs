@@ -359,8 +359,21 @@ impl FsFile for PosixFile {
         }
         let (old_parent_fd, _old_parent, old_name) = self.parent_and_name()?;
         let root = self.share.root.as_fd();
-        let target = resolve::locate(&self.share.names, root, &comps)?;
+        let mut target = resolve::locate(&self.share.names, root, &comps)?;
         let requested = comps.last().copied().unwrap_or_default();
+        let names = &self.share.names;
+        let ns = names.lock_namespace();
+        // The target's existence as of now, with changes by this share held off.
+        match resolve::lookup_locked(names, &ns, target.parent_fd.as_fd(), requested)? {
+            Some(stored) => {
+                target.exists = true;
+                target.name = stored;
+            }
+            None => {
+                target.exists = false;
+                target.name = requested.to_string();
+            }
+        }
         let old_c = sys::cstr(&old_name).map_err(|_| FsError::InvalidName(old_name.clone()))?;
         let req_c = sys::cstr(requested).map_err(|_| FsError::InvalidName(requested.into()))?;
         let mut released = 0;
@@ -381,12 +394,8 @@ impl FsFile for PosixFile {
                         false,
                     )
                     .map_err(|e| FsError::from_io("rename", e))?;
-                    self.share
-                        .names
-                        .note_removed(old_parent_fd.as_fd(), &old_name);
-                    self.share
-                        .names
-                        .note_added(target.parent_fd.as_fd(), requested);
+                    names.note_removed(&ns, old_parent_fd.as_fd(), &old_name);
+                    names.note_added(&ns, target.parent_fd.as_fd(), requested);
                 }
                 *self.path.lock().unwrap_or_else(|p| p.into_inner()) = {
                     let mut v = target.parent.clone();
@@ -422,9 +431,7 @@ impl FsFile for PosixFile {
                     false,
                 )
                 .map_err(|e| FsError::from_io("rename (case)", e))?;
-                self.share
-                    .names
-                    .note_removed(target.parent_fd.as_fd(), &target.name);
+                names.note_removed(&ns, target.parent_fd.as_fd(), &target.name);
             }
         } else {
             sys::renameat(
@@ -437,12 +444,9 @@ impl FsFile for PosixFile {
             .map_err(|e| FsError::from_io("rename", e))?;
         }
         self.share.quota.release(released);
-        self.share
-            .names
-            .note_removed(old_parent_fd.as_fd(), &old_name);
-        self.share
-            .names
-            .note_added(target.parent_fd.as_fd(), requested);
+        names.note_removed(&ns, old_parent_fd.as_fd(), &old_name);
+        names.note_added(&ns, target.parent_fd.as_fd(), requested);
+        drop(ns);
         let mut new_comps = target.parent;
         new_comps.push(requested.to_string());
         *self.path.lock().unwrap_or_else(|p| p.into_inner()) = new_comps;
@@ -472,6 +476,7 @@ impl FsFile for PosixFile {
         }
         let (parent_fd, _parent, name) = self.parent_and_name()?;
         let cname = sys::cstr(&name).map_err(|_| FsError::InvalidName(name.clone()))?;
+        let ns = self.share.names.lock_namespace();
         let _g = self.size_lock.write().unwrap_or_else(|p| p.into_inner());
         let st = sys::fstat(self.file.as_fd()).map_err(io_err("stat"))?;
         sys::unlinkat(parent_fd.as_fd(), &cname, self.is_dir)
@@ -482,7 +487,7 @@ impl FsFile for PosixFile {
         if self.is_dir {
             self.share.names.forget(self.file.as_fd());
         }
-        self.share.names.note_removed(parent_fd.as_fd(), &name);
+        self.share.names.note_removed(&ns, parent_fd.as_fd(), &name);
         Ok(())
     }
 

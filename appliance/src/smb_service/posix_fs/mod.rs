@@ -242,6 +242,11 @@ impl PosixShareFs {
         let parent = loc.parent_fd.as_fd();
         let cname = sys::cstr(&loc.name).map_err(|_| FsError::InvalidName(loc.name.clone()))?;
         let is_dir = req.options & create_options::DIRECTORY_FILE != 0;
+        let ns = self.inner.names.lock_namespace();
+        // Another open of this share may have created the name, in any case, since `locate`.
+        if resolve::lookup_locked(&self.inner.names, &ns, parent, &loc.name)?.is_some() {
+            return Err(FsError::Exists(loc.name.clone()));
+        }
         let fd = if is_dir {
             sys::mkdirat(parent, &cname, NEW_DIR_MODE)
                 .map_err(|e| FsError::from_io(format!("mkdir {:?}", loc.name), e))?;
@@ -262,7 +267,8 @@ impl PosixShareFs {
             sys::openat(parent, &cname, flags, NEW_FILE_MODE)
                 .map_err(|e| FsError::from_io(format!("create {:?}", loc.name), e))?
         };
-        self.inner.names.note_added(parent, &loc.name);
+        self.inner.names.note_added(&ns, parent, &loc.name);
+        drop(ns);
         let requested = req.attributes & attr::SETTABLE;
         let stored = if is_dir {
             requested

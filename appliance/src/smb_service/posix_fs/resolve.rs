@@ -12,7 +12,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use quarry_smb::vfs::names::fold;
 use quarry_smb::vfs::FsError;
@@ -79,22 +79,56 @@ impl CacheState {
 }
 
 /// The bounded per-directory case-folded name cache of one share.
+///
+/// Consistency: every change this share makes to a directory's names happens under the
+/// namespace lock ([`NameCache::lock_namespace`]) together with the matching cache update,
+/// and cache fills (directory scans) take the same lock, so this share's own creates,
+/// renames and deletes are never missed whatever the timestamp granularity. Changes made
+/// by others are noticed through the directory's mtime.
 #[derive(Default)]
 pub struct NameCache {
     state: Mutex<CacheState>,
+    namespace: Mutex<()>,
 }
 
+/// Proof that the caller holds the share's namespace lock.
+pub struct NamespaceGuard<'a>(#[allow(dead_code)] MutexGuard<'a, ()>);
+
 impl NameCache {
+    /// Serialises changes to names (create, rename, delete) with cache fills. Hold it from
+    /// the final existence check through the system call and the `note_*` update.
+    pub fn lock_namespace(&self) -> NamespaceGuard<'_> {
+        NamespaceGuard(self.namespace.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The cached answer, if the cache knows this directory at its current version.
+    fn cached(&self, version: DirVersion, folded: &str) -> Option<Option<String>> {
+        let state = self.state.lock().ok()?;
+        let d = state.dirs.get(&version.key)?;
+        (d.mtime == version.mtime).then(|| d.names.get(folded).cloned())
+    }
+
     /// The stored spelling of `name` in `dir`, compared case-insensitively.
     fn lookup_folded(&self, dir: BorrowedFd<'_>, name: &str) -> Result<Option<String>, FsError> {
-        let version = dir_version(dir)?;
         let folded = fold(name);
-        if let Ok(state) = self.state.lock() {
-            if let Some(d) = state.dirs.get(&version.key) {
-                if d.mtime == version.mtime {
-                    return Ok(d.names.get(&folded).cloned());
-                }
-            }
+        if let Some(hit) = self.cached(dir_version(dir)?, &folded) {
+            return Ok(hit);
+        }
+        let guard = self.lock_namespace();
+        self.lookup_folded_locked(&guard, dir, &folded)
+    }
+
+    /// [`NameCache::lookup_folded`] for a caller holding the namespace lock; `folded` is
+    /// already case-folded.
+    fn lookup_folded_locked(
+        &self,
+        _held: &NamespaceGuard<'_>,
+        dir: BorrowedFd<'_>,
+        folded: &str,
+    ) -> Result<Option<String>, FsError> {
+        let version = dir_version(dir)?;
+        if let Some(hit) = self.cached(version, folded) {
+            return Ok(hit);
         }
         let mut stream =
             sys::DirStream::open(dir).map_err(|e| FsError::from_io("open directory", e))?;
@@ -134,15 +168,16 @@ impl NameCache {
         Ok(found)
     }
 
-    /// Records that `name` now exists in `dir` (after this share created or renamed it there).
-    pub fn note_added(&self, dir: BorrowedFd<'_>, name: &str) {
+    /// Records that `name` now exists in `dir` (after this share created or renamed it
+    /// there, under the namespace lock).
+    pub fn note_added(&self, _held: &NamespaceGuard<'_>, dir: BorrowedFd<'_>, name: &str) {
         self.update(dir, |names| {
             names.entry(fold(name)).or_insert_with(|| name.to_string());
         });
     }
 
-    /// Records that `name` no longer exists in `dir`.
-    pub fn note_removed(&self, dir: BorrowedFd<'_>, name: &str) {
+    /// Records that `name` no longer exists in `dir` (under the namespace lock).
+    pub fn note_removed(&self, _held: &NamespaceGuard<'_>, dir: BorrowedFd<'_>, name: &str) {
         self.update(dir, |names| {
             let key = fold(name);
             if names.get(&key).is_some_and(|stored| stored == name) {
@@ -190,6 +225,24 @@ pub fn lookup(
     match sys::lstat_at(dir, &c) {
         Ok(_) => Ok(Some(name.to_string())),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => cache.lookup_folded(dir, name),
+        Err(e) => Err(FsError::from_io(format!("lookup {name:?}"), e)),
+    }
+}
+
+/// [`lookup`] for a caller holding the namespace lock: the answer cannot change until the
+/// lock is released, except by other processes.
+pub fn lookup_locked(
+    cache: &NameCache,
+    held: &NamespaceGuard<'_>,
+    dir: BorrowedFd<'_>,
+    name: &str,
+) -> Result<Option<String>, FsError> {
+    let c = sys::cstr(name).map_err(|_| FsError::InvalidName(name.into()))?;
+    match sys::lstat_at(dir, &c) {
+        Ok(_) => Ok(Some(name.to_string())),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            cache.lookup_folded_locked(held, dir, &fold(name))
+        }
         Err(e) => Err(FsError::from_io(format!("lookup {name:?}"), e)),
     }
 }

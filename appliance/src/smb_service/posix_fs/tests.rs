@@ -916,3 +916,50 @@ fn without_xattrs_attributes_fall_back_to_defaults() {
     assert!(info.creation_time > 1);
     assert!(mkdir(&fx, "d").info.attributes == attr::DIRECTORY);
 }
+
+#[test]
+fn concurrent_creates_keep_the_name_cache_exact() {
+    let fx = fixture();
+    mkdir(&fx, "d");
+    // Prime the cache for "d" with a case-insensitive miss.
+    assert_eq!(
+        open(&fx, "D\\NOTHING", D::Open).unwrap_err(),
+        nt::OBJECT_NAME_NOT_FOUND
+    );
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let fx = &fx;
+            s.spawn(move || {
+                for i in 0..100 {
+                    open(fx, &format!("d\\File{t}_{i}"), D::Create).unwrap();
+                }
+            });
+        }
+    });
+    for t in 0..8 {
+        for i in 0..100 {
+            open(&fx, &format!("D\\FILE{t}_{i}"), D::Open).unwrap();
+        }
+    }
+    // Racing creates of case variants of one name make one file.
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let fx = &fx;
+            s.spawn(move || {
+                let name = if t % 2 == 0 { "d\\Same" } else { "d\\SAME" };
+                open(fx, name, D::OpenIf).unwrap();
+            });
+        }
+    });
+    let same = fs::read_dir(fx.root.join("d"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .eq_ignore_ascii_case("same")
+        })
+        .count();
+    assert_eq!(same, 1);
+}
