@@ -86,3 +86,77 @@ guest_kernel_pkg() {
     [ -n "$pkg" ] || guest_die "cannot resolve the kernel package linux-image-amd64 depends on"
     echo "$pkg"
 }
+
+# --- private Samba smbd on a host loopback port (reference peer) ---
+
+# Seconds to wait for smbd to listen.
+GUEST_SMBD_START_SECS=20
+GUEST_SMBD_PID=""
+GUEST_SMBD_DIR=""
+GUEST_SMBD_PORT=""
+
+# A free TCP port on 127.0.0.1 (asks the kernel for one).
+guest_free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# guest_start_smbd SHARE USER PASS: starts smbd with its own smb.conf and
+# state in a temp dir, listening only on 127.0.0.1:GUEST_SMBD_PORT, one
+# writable share (GUEST_SMBD_DIR/share) for USER (a unix user, e.g. root).
+# Sets GUEST_SMBD_PID, GUEST_SMBD_DIR, GUEST_SMBD_PORT; stop with
+# guest_stop_smbd.
+guest_start_smbd() {
+    local share="$1" user="$2" pass="$3" d port i=0
+    d="$(mktemp -d /tmp/guestlab-smbd.XXXXXX)"
+    port="$(guest_free_port)"
+    GUEST_SMBD_DIR="$d"
+    GUEST_SMBD_PORT="$port"
+    mkdir -p "$d"/{private,lock,state,cache,pid,ncalrpc,share}
+    cat >"$d/smb.conf" <<CONF
+[global]
+    server role = standalone server
+    smb ports = $port
+    interfaces = 127.0.0.1
+    bind interfaces only = yes
+    private dir = $d/private
+    lock directory = $d/lock
+    state directory = $d/state
+    cache directory = $d/cache
+    pid directory = $d/pid
+    ncalrpc dir = $d/ncalrpc
+    passdb backend = tdbsam:$d/private/passdb.tdb
+    log file = $d/log.%m
+    load printers = no
+    printcap name = /dev/null
+    disable spoolss = yes
+    server min protocol = SMB2_02
+[$share]
+    path = $d/share
+    read only = no
+    valid users = $user
+CONF
+    printf '%s\n%s\n' "$pass" "$pass" | smbpasswd -c "$d/smb.conf" -s -a "$user" >/dev/null ||
+        guest_die "smbpasswd -a $user failed"
+    smbd -F --no-process-group -s "$d/smb.conf" -d 1 --debug-stdout >"$d/smbd.out" 2>&1 &
+    GUEST_SMBD_PID=$!
+    until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+        i=$((i + 1))
+        [ "$i" -lt $((GUEST_SMBD_START_SECS * 10)) ] || guest_die "smbd did not listen on $port: $(tail -n 5 "$d/smbd.out")"
+        kill -0 "$GUEST_SMBD_PID" 2>/dev/null || guest_die "smbd exited: $(tail -n 5 "$d/smbd.out")"
+        sleep 0.1
+    done
+    guest_log "smbd $(smbd -V) listening on 127.0.0.1:$port (pid $GUEST_SMBD_PID, dir $d)"
+}
+
+# Stops the smbd started by guest_start_smbd (by its pid) and removes its dir.
+guest_stop_smbd() {
+    if [ -n "$GUEST_SMBD_PID" ]; then
+        kill "$GUEST_SMBD_PID" 2>/dev/null || true
+        wait "$GUEST_SMBD_PID" 2>/dev/null || true
+        GUEST_SMBD_PID=""
+    fi
+    if [ -n "$GUEST_SMBD_DIR" ]; then
+        rm -rf "$GUEST_SMBD_DIR"
+        GUEST_SMBD_DIR=""
+    fi
+}
