@@ -33,6 +33,8 @@ pub struct Negotiated {
     pub cipher: Option<Cipher>,
     /// Signing algorithm for sessions on this connection.
     pub signing: SigningAlgorithm,
+    /// Negotiated by the SMB1 upgrade straight to 2.0.2 (no SMB2 NEGOTIATE was seen).
+    pub via_smb1: bool,
 }
 
 /// Per-connection state.

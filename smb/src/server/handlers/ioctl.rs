@@ -7,7 +7,6 @@ use crate::proto::ioctl::{
     FSCTL_QUERY_ALLOCATED_RANGES, FSCTL_QUERY_NETWORK_INTERFACE_INFO, FSCTL_SET_SPARSE,
     FSCTL_SET_ZERO_DATA, FSCTL_VALIDATE_NEGOTIATE_INFO, IOCTL_IS_FSCTL,
 };
-use crate::proto::negotiate::{DIALECT_300, DIALECT_302};
 use crate::proto::wire::{Put, Reader};
 use crate::proto::{status, FileId};
 
@@ -44,21 +43,18 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
                 .negotiated
                 .clone()
                 .ok_or(status::INVALID_PARAMETER)?;
-            if !matches!(neg.dialect, DIALECT_300 | DIALECT_302)
-                && neg.dialect != crate::proto::negotiate::DIALECT_311
-            {
-                // 2.x clients never send it; refuse like Windows.
-                return Ok(Reply {
-                    disconnect: true,
-                    ..Reply::error(status::ACCESS_DENIED)
-                });
-            }
             let v =
                 ValidateNegotiateInfo::decode(req.input).map_err(|_| status::INVALID_PARAMETER)?;
-            let ok = v.capabilities == neg.client_capabilities
-                && v.guid == neg.client_guid
-                && v.security_mode == neg.client_security_mode
-                && v.dialects == neg.client_dialects;
+            // A connection upgraded from SMB1 straight to 2.0.2 never saw the client's SMB2
+            // NEGOTIATE: only the dialect can be checked.
+            let ok = if neg.via_smb1 {
+                v.dialects.contains(&neg.dialect)
+            } else {
+                v.capabilities == neg.client_capabilities
+                    && v.guid == neg.client_guid
+                    && v.security_mode == neg.client_security_mode
+                    && v.dialects == neg.client_dialects
+            };
             if !ok {
                 tracing::warn!(peer = %conn.state.peer, "VALIDATE_NEGOTIATE_INFO mismatch: disconnecting");
                 return Ok(Reply {

@@ -133,6 +133,7 @@ pub fn negotiate(conn: &mut Connection, ctx: &mut Ctx<'_>, req: NegotiateRequest
         server_capabilities: caps,
         cipher,
         signing,
+        via_smb1: false,
     });
     let mut body = Vec::with_capacity(256);
     resp.encode(&mut body);
@@ -170,6 +171,7 @@ pub fn smb1_upgrade_response(conn: &mut Connection, dialect: u16) -> Vec<u8> {
             server_capabilities: 0,
             cipher: None,
             signing: SigningAlgorithm::HmacSha256,
+            via_smb1: true,
         });
     }
     let mut body = Vec::with_capacity(128);
