@@ -1,0 +1,171 @@
+//! SMB interop with the Python clients against the real `quarry` binary: `smbprotocol` (PyPI)
+//! with encryption on, including a directory of 5,000 files listed completely and path-escape
+//! attempts that smbclient would fold away; and impacket 0.13's SMBConnection, through the
+//! SMB1 NEGOTIATE upgrade and directly with 3.1.1.
+
+use std::process::Command;
+
+use quarry_tests::QuarryProcess;
+use serde_json::json;
+
+const USER: &str = "carol";
+const PASS: &str = "carol-secret-9";
+
+fn setup() -> QuarryProcess {
+    let q = QuarryProcess::start().expect("quarry starts");
+    let api = q.admin().expect("admin login");
+    let (s, b) = api
+        .post("/api/v1/users", &json!({"name": USER, "password": PASS}))
+        .unwrap();
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = api
+        .post("/api/v1/shares", &json!({"name": "data"}))
+        .unwrap();
+    assert_eq!(s, 201, "{b}");
+    q
+}
+
+/// Runs a Python script with PORT/USER/PASS in its environment; returns stdout+stderr.
+fn python(q: &QuarryProcess, script: &str) -> String {
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .env("PORT", q.smb.port().to_string())
+        .env("SMBUSER", USER)
+        .env("SMBPASS", PASS)
+        .output()
+        .expect("python3 runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "python failed:\n{text}");
+    text
+}
+
+const SMBPROTOCOL_OPS: &str = r#"
+import os, hashlib
+import smbclient
+from smbprotocol.exceptions import SMBOSError
+port = int(os.environ["PORT"])
+smbclient.register_session("127.0.0.1", username=os.environ["SMBUSER"], password=os.environ["SMBPASS"], port=port, encrypt=True)
+root = r"\\127.0.0.1\data"
+data = os.urandom(3 * 1024 * 1024 + 5)
+with smbclient.open_file(root + r"\a.bin", mode="wb", port=port) as f:
+    f.write(data)
+with smbclient.open_file(root + r"\a.bin", mode="rb", port=port) as f:
+    assert hashlib.sha256(f.read()).digest() == hashlib.sha256(data).digest()
+st = smbclient.stat(root + r"\a.bin", port=port)
+assert st.st_size == len(data), st
+smbclient.rename(root + r"\a.bin", root + r"\b.bin", port=port)
+assert smbclient.listdir(root, port=port) == ["b.bin"], smbclient.listdir(root, port=port)
+smbclient.remove(root + r"\b.bin", port=port)
+assert smbclient.listdir(root, port=port) == []
+smbclient.mkdir(root + r"\d", port=port)
+smbclient.rmdir(root + r"\d", port=port)
+print("OK")
+"#;
+
+/// Raw CREATEs through smbprotocol's low-level API (its high-level API normalises `..` away).
+const SMBPROTOCOL_ESCAPES: &str = r#"
+import os, uuid
+from smbprotocol.connection import Connection
+from smbprotocol.session import Session
+from smbprotocol.tree import TreeConnect
+from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes
+from smbprotocol.exceptions import SMBResponseException
+port = int(os.environ["PORT"])
+conn = Connection(uuid.uuid4(), "127.0.0.1", port); conn.connect()
+sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"], require_encryption=True); sess.connect()
+tree = TreeConnect(sess, r"\\127.0.0.1\data"); tree.connect()
+cases = [("..\\x.txt", 0xC000003B), ("a\\..\\..\\x.txt", 0xC000003B), ("a:b", 0xC0000033),
+         ("CON", 0xC0000033), ("lpt1.txt", 0xC0000033), ("\\lead.txt", 0xC000000D)]
+for bad, want in cases:
+    o = Open(tree, bad)
+    try:
+        o.create(ImpersonationLevel.Impersonation, FilePipePrinterAccessMask.GENERIC_WRITE, FileAttributes.FILE_ATTRIBUTE_NORMAL,
+                 ShareAccess.FILE_SHARE_READ, CreateDisposition.FILE_OVERWRITE_IF, CreateOptions.FILE_NON_DIRECTORY_FILE)
+        raise SystemExit("accepted " + bad)
+    except SMBResponseException as e:
+        assert e.status == want, (bad, hex(e.status))
+        print("refused", repr(bad), hex(e.status))
+# The session still works after the refusals.
+o = Open(tree, "fine.txt")
+o.create(ImpersonationLevel.Impersonation, FilePipePrinterAccessMask.GENERIC_ALL, FileAttributes.FILE_ATTRIBUTE_NORMAL,
+         ShareAccess.FILE_SHARE_READ, CreateDisposition.FILE_OVERWRITE_IF, CreateOptions.FILE_NON_DIRECTORY_FILE)
+o.write(b"ok", 0)
+assert o.read(0, 2) == b"ok"
+o.close()
+tree.disconnect(); sess.disconnect(); conn.disconnect()
+print("OK")
+"#;
+
+const SMBPROTOCOL_5000: &str = r#"
+import os
+import smbclient
+port = int(os.environ["PORT"])
+smbclient.register_session("127.0.0.1", username=os.environ["SMBUSER"], password=os.environ["SMBPASS"], port=port, encrypt=True)
+root = r"\\127.0.0.1\data\many"
+smbclient.mkdir(root, port=port)
+names = {"file-%05d.dat" % i for i in range(5000)}
+for n in names:
+    with smbclient.open_file(root + "\\" + n, mode="wb", port=port) as f:
+        pass
+listed = smbclient.listdir(root, port=port)
+assert len(listed) == 5000 and set(listed) == names, len(listed)
+print("OK", len(listed))
+"#;
+
+#[test]
+fn smbprotocol_encrypted_operations() {
+    let q = setup();
+    let out = python(&q, SMBPROTOCOL_OPS);
+    assert!(out.contains("OK"), "{out}");
+}
+
+#[test]
+fn smbprotocol_refuses_escapes_and_illegal_names() {
+    let q = setup();
+    let out = python(&q, SMBPROTOCOL_ESCAPES);
+    assert!(out.contains("OK"), "{out}");
+}
+
+#[test]
+fn smbprotocol_lists_5000_files() {
+    let q = setup();
+    let out = python(&q, SMBPROTOCOL_5000);
+    assert!(out.contains("OK 5000"), "{out}");
+}
+
+const IMPACKET: &str = r#"
+import os, io, sys
+import impacket
+from impacket.smbconnection import SMBConnection
+from impacket.smb3structs import SMB2_DIALECT_311
+port = int(os.environ["PORT"])
+for mode in ("smb1-upgrade", "3.1.1"):
+    kw = {} if mode == "smb1-upgrade" else {"preferredDialect": SMB2_DIALECT_311}
+    c = SMBConnection("127.0.0.1", "127.0.0.1", sess_port=port, **kw)
+    assert c.getDialect() == SMB2_DIALECT_311, hex(c.getDialect())
+    c.login(os.environ["SMBUSER"], os.environ["SMBPASS"])
+    body = (mode.encode() + b" impacket data\n") * 5000
+    c.putFile("data", "imp.txt", io.BytesIO(body).read)
+    names = [f.get_longname() for f in c.listPath("data", "*")]
+    assert "imp.txt" in names, names
+    buf = io.BytesIO()
+    c.getFile("data", "imp.txt", buf.write)
+    assert buf.getvalue() == body
+    c.deleteFile("data", "imp.txt")
+    c.logoff()
+    print(mode, "OK")
+"#;
+
+#[test]
+fn impacket_smb1_upgrade_and_311() {
+    let q = setup();
+    let out = python(&q, IMPACKET);
+    assert!(
+        out.contains("smb1-upgrade OK") && out.contains("3.1.1 OK"),
+        "{out}"
+    );
+}
