@@ -337,3 +337,36 @@ fn refusals_leave_the_server_serving() {
     let r = smbclient(&q, "data", "bob%bob-secret-12", &m, "ls", dir.path());
     assert!(r.ok, "{}", r.text);
 }
+
+#[test]
+fn smbclient_lists_shares() {
+    let q = setup();
+    for extra in [
+        &["-m", "SMB3_11"][..],
+        &["-m", "SMB3_11", "--client-protection=encrypt"][..],
+        &["-m", "SMB2_10"][..],
+    ] {
+        let out = Command::new("smbclient")
+            .args([
+                "-L",
+                "127.0.0.1",
+                "-p",
+                &q.smb.port().to_string(),
+                "-U",
+                &format!("{USER}%{PASS}"),
+            ])
+            .args(extra)
+            .output()
+            .expect("smbclient runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        for share in ["data", "secure", "ro", "alicesonly", "IPC$"] {
+            assert!(
+                text.lines()
+                    .any(|l| l.split_whitespace().next() == Some(share)),
+                "{extra:?}: {share} missing from:\n{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert!(text.contains("Disk") && text.contains("IPC"), "{text}");
+    }
+}

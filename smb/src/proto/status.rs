@@ -105,6 +105,8 @@ pub const OBJECT_TYPE_MISMATCH: u32 = 0xC000_0024;
 pub const NO_EAS_ON_FILE: u32 = 0xC000_0052;
 /// A pipe read found the pipe empty / broken.
 pub const PIPE_BROKEN: u32 = 0xC000_014B;
+/// A pipe read found nothing to read.
+pub const PIPE_EMPTY: u32 = 0xC000_00D9;
 /// The pipe is not in a state for this operation.
 pub const PIPE_DISCONNECTED: u32 = 0xC000_00B0;
 /// An IOCTL output buffer too small.

@@ -167,15 +167,6 @@ pub struct Tree {
     pub encrypt: bool,
 }
 
-/// A named-pipe open on IPC$ (srvsvc): the pending RPC output not yet read.
-#[derive(Default)]
-pub struct PipeState {
-    /// Which pipe (lower-case name).
-    pub name: String,
-    /// Response bytes waiting for READ.
-    pub pending: Vec<u8>,
-}
-
 /// An open file, directory or pipe.
 pub struct Open {
     /// The handle as sent to the client.
@@ -184,8 +175,8 @@ pub struct Open {
     pub tree_id: u32,
     /// Storage handle (None for pipes).
     pub file: Option<Arc<dyn FsFile>>,
-    /// Pipe state (IPC$).
-    pub pipe: Option<PipeState>,
+    /// Named-pipe state (IPC$ srvsvc).
+    pub pipe: Option<crate::rpc::SrvsvcPipe>,
     /// Granted access mask.
     pub access: u32,
     /// Directory?

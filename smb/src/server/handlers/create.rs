@@ -13,7 +13,7 @@ use super::tree::{ACCESS_ALL, ACCESS_READ};
 use super::{attrs_of, blocking};
 use crate::server::conn::Connection;
 use crate::server::dispatch::{Ctx, HResult, Reply};
-use crate::server::state::{Open, PipeState, TreeKind};
+use crate::server::state::{Open, TreeKind};
 use crate::server::MAX_OPENS_PER_SESSION;
 
 /// FILE_READ_DATA.
@@ -87,7 +87,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     }
     .map_or((None, false), |(f, r)| (Some(f), r));
     let Some(fs) = fs else {
-        return open_pipe(conn, ctx, &req);
+        return open_pipe(conn, ctx, &req).await;
     };
     if req.name.starts_with('\\') {
         return Err(status::INVALID_PARAMETER);
@@ -188,11 +188,13 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     })
 }
 
-fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest<'_>) -> HResult {
+async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest<'_>) -> HResult {
     let name = req.name.trim_start_matches('\\').to_ascii_lowercase();
     if !PIPES.contains(&name.as_str()) {
         return Err(status::OBJECT_NAME_NOT_FOUND);
     }
+    let pipe =
+        super::pipe::open_srvsvc(conn.backend.clone(), conn.config.computer_name.clone()).await?;
     let file_id = new_file_id(conn);
     let attrs = FileAttrs {
         attributes: ATTR_NORMAL,
@@ -209,10 +211,7 @@ fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest<'_>) 
         file_id,
         tree_id: ctx.tree_id,
         file: None,
-        pipe: Some(PipeState {
-            name,
-            pending: Vec::new(),
-        }),
+        pipe: Some(pipe),
         access: req.desired_access,
         is_dir: false,
         inode: 0,

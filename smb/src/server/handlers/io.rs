@@ -64,25 +64,9 @@ pub async fn read(conn: &mut Connection, ctx: &mut Ctx<'_>, req: ReadRequest) ->
 /// Handles WRITE.
 pub async fn write(conn: &mut Connection, ctx: &mut Ctx<'_>, req: WriteRequest<'_>) -> HResult {
     check_credits(conn, ctx, req.data.len() as u64)?;
-    let backend = conn.backend.clone();
     let open = super::open(conn, ctx, req.file_id)?;
     if let Some(pipe) = open.pipe.as_mut() {
-        let n = req.data.len();
-        let shares = backend;
-        let pipe_name = pipe.name.clone();
-        let input = req.data.to_vec();
-        let out = tokio::task::spawn_blocking(move || {
-            super::pipe::transact(&pipe_name, &input, shares.as_ref())
-        })
-        .await
-        .map_err(|_| status::INTERNAL_ERROR)??;
-        let open = super::open(conn, ctx, req.file_id)?;
-        if let Some(pipe) = open.pipe.as_mut() {
-            pipe.pending = out;
-        }
-        let mut body = Vec::with_capacity(16);
-        encode_write_response(&mut body, u32::try_from(n).unwrap_or(u32::MAX));
-        return Ok(Reply::ok(body));
+        return super::pipe::write(pipe, req.data);
     }
     if open.access & (FILE_WRITE_DATA | FILE_APPEND_DATA) == 0 {
         return Err(status::ACCESS_DENIED);

@@ -80,30 +80,10 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
         }
         FSCTL_DFS_GET_REFERRALS => Err(status::NOT_FOUND),
         FSCTL_PIPE_TRANSCEIVE => {
-            let open = super::open(conn, ctx, req.file_id)?;
-            let name = open
-                .pipe
-                .as_ref()
-                .map(|p| p.name.clone())
-                .ok_or(status::INVALID_DEVICE_REQUEST)?;
-            let backend = conn.backend.clone();
-            let input = req.input.to_vec();
-            let mut out = tokio::task::spawn_blocking(move || {
-                super::pipe::transact(&name, &input, backend.as_ref())
-            })
-            .await
-            .map_err(|_| status::INTERNAL_ERROR)??;
             let id = ctx.resolve(req.file_id);
-            if out.len() > max_out {
-                let rest = out.split_off(max_out);
-                if let Some(p) = super::open(conn, ctx, req.file_id)?.pipe.as_mut() {
-                    p.pending = rest;
-                }
-                let mut body = Vec::new();
-                encode_ioctl_response(&mut body, req.ctl_code, id, &out);
-                return Ok(Reply::with_status(status::BUFFER_OVERFLOW, body));
-            }
-            Ok(reply(req.ctl_code, id, &out))
+            let open = super::open(conn, ctx, req.file_id)?;
+            let pipe = open.pipe.as_mut().ok_or(status::INVALID_DEVICE_REQUEST)?;
+            super::pipe::transceive(pipe, req.ctl_code, id, req.input, max_out)
         }
         FSCTL_SET_SPARSE => {
             let open = super::open(conn, ctx, req.file_id)?;
