@@ -19,6 +19,7 @@
 #   --mem MIB          guest memory (default 2048)
 #   --smp N            guest vCPUs (default 2)
 #   --hostfwd SPEC     extra qemu user-net hostfwd, e.g. tcp:127.0.0.1:5555-:4420
+#   --append ARGS      extra kernel command line (e.g. "loglevel=7" to debug)
 #   --quiet            do not stream the console to stderr
 #
 # Output (stdout): every GUEST-CHECK/GUEST-SET/GUEST-BOOT line, then one line
@@ -45,6 +46,7 @@ results=""
 mem="$RUN_DEFAULT_MEM_MIB"
 smp="$RUN_DEFAULT_SMP"
 hostfwd=""
+append=""
 quiet=0
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
@@ -66,6 +68,7 @@ while [ $# -gt 0 ]; do
     --mem) mem="${2:?}"; shift 2 ;;
     --smp) smp="${2:?}"; shift 2 ;;
     --hostfwd) hostfwd="${2:?}"; shift 2 ;;
+    --append) append="${2:?}"; shift 2 ;;
     --quiet) quiet=1; shift ;;
     -h | --help) usage ;;
     *) guest_log "unknown argument: $1"; usage ;;
@@ -103,8 +106,9 @@ cp "$GUEST_DIR"/checks/*.sh "$tmp/root/checks/"
         printf "%s='%s'\n" "$k" "${v//\'/\'\\\'\'}"
     done
 } >"$tmp/root/checks/params.env"
-(cd "$tmp/root" && find . -print0 | cpio --null -o -H newc --quiet --owner=0:0) | zstd -q >"$tmp/checks.cpio.zst"
-cat "$image/initrd.img" "$tmp/checks.cpio.zst" >"$tmp/initrd"
+# Appended as a second, uncompressed newc member (like the base image).
+(cd "$tmp/root" && find . -print0 | cpio --null -o -H newc --quiet --owner=0:0) >"$tmp/checks.cpio"
+cat "$image/initrd.img" "$tmp/checks.cpio" >"$tmp/initrd"
 
 netdev="user,id=n0"
 [ -n "$hostfwd" ] && netdev="$netdev,hostfwd=$hostfwd"
@@ -117,7 +121,7 @@ qemu=(
     -nodefaults -no-user-config -display none -vga none -no-reboot
     "${bios[@]}"
     -kernel "$image/vmlinuz" -initrd "$tmp/initrd"
-    -append "console=ttyS0 panic=-1 loglevel=4 quiet mitigations=off 8250.nr_uarts=2 rdinit=/init"
+    -append "console=ttyS0 panic=-1 loglevel=4 quiet mitigations=off 8250.nr_uarts=2 rdinit=/init${append:+ $append}"
     -serial stdio -serial "file:$results"
     -netdev "$netdev" -device virtio-net-pci,netdev=n0
 )
