@@ -147,7 +147,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tasks.spawn(flush_usage_periodically(state.clone(), shutdown.clone()));
     tasks.spawn(watchdog(shutdown.clone()));
 
-    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+    if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
+        tracing::warn!(error = %e, "telling systemd we are ready failed");
+    }
     tracing::info!(data = %data.display(), version = env!("CARGO_PKG_VERSION"), "quarry is ready");
 
     let mut failure = None;

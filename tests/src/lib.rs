@@ -91,7 +91,17 @@ impl QuarryProcess {
         let nvme: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let log = data.with_extension(format!("log.{}", http.port()));
         let log_file = std::fs::File::create(&log)?;
-        let mut cmd = Command::new(quarry_bin()?);
+        let bin = quarry_bin()?;
+        // systemd sets WATCHDOG_PID to the service's pid; a shell that execs the binary
+        // keeps its pid, so it can do the same for tests that ask for a watchdog.
+        let mut cmd = if env.iter().any(|(k, _)| *k == "WATCHDOG_USEC") {
+            let mut c = Command::new("sh");
+            c.args(["-c", "WATCHDOG_PID=$$ exec \"$0\" \"$@\""])
+                .arg(&bin);
+            c
+        } else {
+            Command::new(&bin)
+        };
         cmd.arg("serve")
             .arg("--data")
             .arg(data)

@@ -390,3 +390,104 @@ fn crash_during_write_burst_loses_nothing_acknowledged() {
         "acknowledged but lost after kill -9: {lost:?}"
     );
 }
+
+/// The UI's session cookie authenticates reads; writes also need the CSRF header.
+#[test]
+fn cookie_sessions_require_csrf_for_writes() {
+    let q = QuarryProcess::start().unwrap();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut resp = agent
+        .post(format!("{}/api/v1/auth/login", q.url()))
+        .send_json(json!({"username": "admin", "password": ADMIN_PASSWORD}))
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let cookie = resp
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let session = cookie.split(';').next().unwrap().to_string();
+    let body: Value = resp.body_mut().read_json().unwrap();
+    let csrf = body["csrf_token"].as_str().unwrap().to_string();
+
+    let get = agent
+        .get(format!("{}/api/v1/shares", q.url()))
+        .header("Cookie", &session)
+        .call()
+        .unwrap();
+    assert_eq!(get.status(), 200);
+    let url = format!("{}/api/v1/shares", q.url());
+    let no_csrf = agent
+        .post(&url)
+        .header("Cookie", &session)
+        .send_json(json!({"name": "c1"}))
+        .unwrap();
+    assert_eq!(no_csrf.status(), 403);
+    let wrong = agent
+        .post(&url)
+        .header("Cookie", &session)
+        .header("X-CSRF-Token", "forged")
+        .send_json(json!({"name": "c1"}))
+        .unwrap();
+    assert_eq!(wrong.status(), 403);
+    let ok = agent
+        .post(&url)
+        .header("Cookie", &session)
+        .header("X-CSRF-Token", &csrf)
+        .send_json(json!({"name": "c1"}))
+        .unwrap();
+    assert_eq!(ok.status(), 201);
+    // Logout ends the session.
+    let out = agent
+        .post(format!("{}/api/v1/auth/logout", q.url()))
+        .header("Cookie", &session)
+        .header("X-CSRF-Token", &csrf)
+        .send_empty()
+        .unwrap();
+    assert_eq!(out.status(), 204);
+    let after = agent
+        .get(format!("{}/api/v1/shares", q.url()))
+        .header("Cookie", &session)
+        .call()
+        .unwrap();
+    assert_eq!(after.status(), 401);
+}
+
+/// Under systemd (`NOTIFY_SOCKET`, `WATCHDOG_USEC`) the appliance reports READY=1 once
+/// it serves and pets the watchdog; SIGTERM exits 0.
+#[test]
+fn reports_ready_and_watchdog_to_systemd() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempfile::tempdir().unwrap();
+    let sock_path = dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let q = QuarryProcess::start_with(
+        &dir.path().join("data"),
+        &[
+            ("NOTIFY_SOCKET", sock_path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "400000"),
+        ],
+    )
+    .unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 512];
+    while !(seen.contains("READY=1") && seen.contains("WATCHDOG=1")) {
+        let n = sock
+            .recv(&mut buf)
+            .expect("no sd_notify message within 20 s");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        seen.push('\n');
+    }
+    assert_eq!(q.stop().unwrap(), 0);
+}
