@@ -18,6 +18,7 @@ use crate::proto::{smb1, status, Command, FileId, Header, HEADER_LEN};
 
 use super::credits::CreditWindow;
 use super::dispatch::{self, Ctx, PreauthTarget, Reply};
+use super::shared::SharedState;
 use super::state::{AuthState, ConnState};
 use super::{Backend, ServerConfig, AUTH_TIMEOUT, IDLE_TIMEOUT};
 
@@ -74,6 +75,7 @@ pub async fn run_connection(
     peer: SocketAddr,
     backend: Arc<dyn Backend>,
     config: Arc<ServerConfig>,
+    shared: Arc<SharedState>,
     shutdown: CancellationToken,
 ) -> Result<(), ConnError> {
     let local = sock.local_addr()?;
@@ -93,17 +95,34 @@ pub async fn run_connection(
         },
         backend,
         config,
+        shared,
         admin_cancel: CancellationToken::new(),
         closed: CancellationToken::new(),
     };
     let _closed = conn.closed.clone().drop_guard();
+    let result = serve_frames(&mut conn, &mut rd, &mut wr, &shutdown).await;
+    conn.cleanup().await;
+    result
+}
+
+/// Reads, processes and answers frames until EOF, error, timeout or cancellation.
+async fn serve_frames<R, W>(
+    conn: &mut Connection,
+    rd: &mut R,
+    wr: &mut W,
+    shutdown: &CancellationToken,
+) -> Result<(), ConnError>
+where
+    R: AsyncReadExt + Unpin,
+    W: AsyncWriteExt + Unpin,
+{
     loop {
         let authed = conn.state.sessions.values().any(|s| s.is_valid());
         let limit = if authed { IDLE_TIMEOUT } else { AUTH_TIMEOUT };
         let frame = tokio::select! {
             _ = shutdown.cancelled() => return Err(ConnError::Shutdown),
             _ = conn.admin_cancel.cancelled() => return Err(ConnError::Shutdown),
-            r = tokio::time::timeout(limit, read_frame(&mut rd)) => match r {
+            r = tokio::time::timeout(limit, read_frame(rd)) => match r {
                 Err(_) => return Err(ConnError::Timeout),
                 Ok(r) => r?,
             },
@@ -128,6 +147,8 @@ pub struct Connection {
     pub backend: Arc<dyn Backend>,
     /// Settings.
     pub config: Arc<ServerConfig>,
+    /// Cross-connection share state (share modes, locks).
+    pub shared: Arc<SharedState>,
     /// Cancelled when any of this connection's sessions is disconnected by an admin.
     pub admin_cancel: CancellationToken,
     /// Cancelled when the connection ends (stops helper tasks).
@@ -250,6 +271,20 @@ impl Connection {
             .sessions
             .retain(|_, s| !matches!(s.auth, AuthState::Expired));
         Ok(out)
+    }
+
+    /// Closes every open of every session (share-mode entries, locks, delete-on-close) when
+    /// the connection ends, however it ends.
+    pub async fn cleanup(&mut self) {
+        let mut opens = Vec::new();
+        for s in self.state.sessions.values_mut() {
+            s.trees.clear();
+            opens.extend(s.opens.drain().map(|(_, o)| o));
+        }
+        self.state.sessions.clear();
+        for o in opens {
+            let _ = super::handlers::create::close_open(o).await;
+        }
     }
 
     fn session_requires_signing(&self, session_id: u64) -> bool {

@@ -125,7 +125,7 @@ pub async fn dispatch(conn: &mut Connection, ctx: &mut Ctx<'_>) -> Reply {
     let r = match req {
         Request::Negotiate(r) => handlers::negotiate::negotiate(conn, ctx, r),
         Request::SessionSetup(r) => handlers::session::session_setup(conn, ctx, r).await,
-        Request::Logoff => handlers::session::logoff(conn, ctx),
+        Request::Logoff => handlers::session::logoff(conn, ctx).await,
         Request::TreeConnect(r) => handlers::tree::tree_connect(conn, ctx, r).await,
         Request::TreeDisconnect => handlers::tree::tree_disconnect(conn, ctx).await,
         Request::Create(r) => handlers::create::create(conn, ctx, r).await,
@@ -133,7 +133,7 @@ pub async fn dispatch(conn: &mut Connection, ctx: &mut Ctx<'_>) -> Reply {
         Request::Flush(id) => handlers::io::flush(conn, ctx, id).await,
         Request::Read(r) => handlers::io::read(conn, ctx, r).await,
         Request::Write(r) => handlers::io::write(conn, ctx, r).await,
-        Request::Lock(r) => handlers::io::lock(conn, ctx, r),
+        Request::Lock(r) => handlers::io::lock(conn, ctx, r).await,
         Request::Ioctl(r) => handlers::ioctl::ioctl(conn, ctx, r).await,
         Request::Cancel => Err(status::INVALID_PARAMETER),
         Request::Echo => {

@@ -152,9 +152,21 @@ pub enum TreeKind {
         fs: Arc<dyn ShareFs>,
         /// Writes refused.
         read_only: bool,
+        /// Share modes and locks shared with other connections.
+        state: Arc<super::shared::ShareState>,
     },
     /// IPC$ (named pipes).
     Ipc,
+}
+
+impl Tree {
+    /// The cross-connection state of a disk share.
+    pub fn share_state(&self) -> Option<Arc<super::shared::ShareState>> {
+        match &self.kind {
+            TreeKind::Disk { state, .. } => Some(state.clone()),
+            TreeKind::Ipc => None,
+        }
+    }
 }
 
 /// One tree connect.
@@ -175,6 +187,8 @@ pub struct Open {
     pub tree_id: u32,
     /// Storage handle (None for pipes).
     pub file: Option<Arc<dyn FsFile>>,
+    /// The share's cross-connection state (None for pipes).
+    pub share: Option<Arc<super::shared::ShareState>>,
     /// Named-pipe state (IPC$ srvsvc).
     pub pipe: Option<crate::rpc::SrvsvcPipe>,
     /// Granted access mask.

@@ -7,6 +7,8 @@ use crate::proto::create::{
     FILE_OPENED,
 };
 use crate::proto::{status, FileAttrs, FileId, ATTR_NORMAL};
+use crate::share_mode::access::check_may_delete;
+use crate::share_mode::OpenMode;
 use crate::vfs::{self, CreateDisposition};
 
 use super::tree::{ACCESS_ALL, ACCESS_READ};
@@ -71,7 +73,7 @@ fn new_file_id(conn: &mut Connection) -> FileId {
 
 /// Handles CREATE.
 pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest<'_>) -> HResult {
-    let (fs, read_only) = {
+    let fs = {
         let s = super::session(conn, ctx)?;
         if s.opens.len() >= MAX_OPENS_PER_SESSION {
             return Err(status::INSUFFICIENT_RESOURCES);
@@ -82,11 +84,14 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
             .ok_or(status::NETWORK_NAME_DELETED)?;
         match &t.kind {
             TreeKind::Ipc => None,
-            TreeKind::Disk { fs, read_only } => Some((fs.clone(), *read_only)),
+            TreeKind::Disk {
+                fs,
+                read_only,
+                state,
+            } => Some((fs.clone(), *read_only, state.clone())),
         }
-    }
-    .map_or((None, false), |(f, r)| (Some(f), r));
-    let Some(fs) = fs else {
+    };
+    let Some((fs, read_only, share_state)) = fs else {
         return open_pipe(conn, ctx, &req).await;
     };
     if req.name.starts_with('\\') {
@@ -147,6 +152,17 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     })
     .await?;
     let file_id = new_file_id(conn);
+    if delete_on_close {
+        check_may_delete(access, opened.info.attributes).map_err(|e| e.nt_status())?;
+    }
+    let mode = OpenMode {
+        access,
+        share: req.share_access,
+    };
+    share_state
+        .modes()
+        .try_open(opened.info.file_id, file_id.volatile, mode, delete_on_close)
+        .map_err(|e| e.nt_status())?;
     let mut contexts: Vec<(&'static [u8], Vec<u8>)> = Vec::new();
     if req.context(CTX_MXAC).is_some() {
         contexts.push((CTX_MXAC, mxac_response(status::SUCCESS, maximal)));
@@ -165,6 +181,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         file_id,
         tree_id: ctx.tree_id,
         file: Some(std::sync::Arc::from(opened.file)),
+        share: Some(share_state.clone()),
         pipe: None,
         access,
         is_dir: opened.info.is_dir,
@@ -211,6 +228,7 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
         file_id,
         tree_id: ctx.tree_id,
         file: None,
+        share: None,
         pipe: Some(pipe),
         access: req.desired_access,
         is_dir: false,
@@ -234,9 +252,16 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
     })
 }
 
-/// Releases an open: runs a pending delete-on-close.
+/// Releases an open: its locks, its share-mode entry, and the file itself when it was the
+/// last open of a delete-pending file.
 pub async fn close_open(o: Open) -> Result<(), u32> {
-    if o.delete_on_close {
+    let Some(share) = o.share.clone() else {
+        return Ok(());
+    };
+    let id = o.file_id.volatile;
+    let _waiters = share.locks().release_open(o.inode, id);
+    let outcome = share.modes().close(o.inode, id);
+    if outcome.delete_now {
         if let Some(f) = o.file {
             blocking(move || f.unlink()).await?;
         }

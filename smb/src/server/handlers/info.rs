@@ -9,6 +9,7 @@ use crate::proto::info::{
 };
 use crate::proto::io::encode_buffer_response;
 use crate::proto::status;
+use crate::share_mode::access::check_may_delete;
 use crate::vfs::BasicInfoChange;
 
 use super::create::{DELETE, FILE_APPEND_DATA, FILE_WRITE_DATA};
@@ -44,8 +45,12 @@ pub async fn query_info(
         INFO_FILE => {
             let open = super::open(conn, ctx, req.file_id)?;
             let f = file_of(open)?;
+            let delete_pending = match open.pipe {
+                Some(_) => false,
+                None => open_delete_pending(open),
+            };
             let mut facts = OpenFacts {
-                delete_pending: open.delete_on_close,
+                delete_pending,
                 directory: open.is_dir,
                 access: open.access,
                 position: open.position,
@@ -135,16 +140,29 @@ pub async fn set_info(
             }
         }
         class::DISPOSITION | class::DISPOSITION_EX => {
-            need(DELETE)?;
             let del = if req.class == class::DISPOSITION {
                 decode_disposition(req.buffer).map_err(bad)?
             } else {
                 decode_disposition_ex(req.buffer).map_err(bad)? & DISPOSITION_EX_DELETE != 0
             };
+            let (inode, id) = (open.inode, open.file_id.volatile);
+            let share = super::tree(conn, ctx)?
+                .share_state()
+                .ok_or(status::INVALID_DEVICE_REQUEST)?;
             if del {
-                blocking(move || f.check_deletable()).await?;
+                let info = blocking(move || {
+                    let i = f.info()?;
+                    if i.attributes & crate::proto::ATTR_READONLY == 0 && access & DELETE != 0 {
+                        f.check_deletable()?;
+                    }
+                    Ok(i)
+                })
+                .await?;
+                check_may_delete(access, info.attributes).map_err(|e| e.nt_status())?;
+            } else {
+                need(DELETE)?;
             }
-            super::open(conn, ctx, req.file_id)?.delete_on_close = del;
+            share.modes().set_delete_pending(inode, id, del);
         }
         class::END_OF_FILE => {
             need(FILE_WRITE_DATA | FILE_APPEND_DATA)?;
@@ -171,4 +189,14 @@ pub async fn set_info(
     let mut body = Vec::new();
     encode_set_info_response(&mut body);
     Ok(Reply::ok(body))
+}
+
+/// Delete-pending as FileStandardInformation reports it: this open's own delete-on-close, or
+/// the file's state in the share-mode table (set by another open's disposition).
+fn open_delete_pending(open: &crate::server::state::Open) -> bool {
+    open.delete_on_close
+        || open
+            .share
+            .as_ref()
+            .is_some_and(|s| s.modes().is_delete_pending(open.inode))
 }

@@ -209,15 +209,18 @@ pub async fn session_setup(
 }
 
 /// Handles LOGOFF: the session is marked expired and removed once the response is sent.
-pub fn logoff(conn: &mut Connection, ctx: &mut Ctx<'_>) -> HResult {
+pub async fn logoff(conn: &mut Connection, ctx: &mut Ctx<'_>) -> HResult {
     let s = conn
         .state
         .sessions
         .get_mut(&ctx.session_id)
         .ok_or(status::USER_SESSION_DELETED)?;
     s.auth = AuthState::Expired;
-    s.opens.clear();
+    let opens: Vec<_> = s.opens.drain().map(|(_, o)| o).collect();
     s.trees.clear();
+    for o in opens {
+        let _ = super::create::close_open(o).await;
+    }
     let mut body = Vec::new();
     encode_empty_response(&mut body);
     Ok(Reply::ok(body))
