@@ -24,14 +24,15 @@ REF_DENIED_HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000
 
 only=""
 with_rdma=0
+passthrough=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --only) only="${2:?}"; shift 2 ;;
     --with-rdma) with_rdma=1; shift ;;
-    *) break ;;
+    *) passthrough+=("$1"); shift ;;
     esac
 done
-[ "$only" = rdma ] && with_rdma=1
+if [ "$only" = rdma ]; then with_rdma=1; fi
 
 guest_ensure_reference_prereqs
 
@@ -54,12 +55,12 @@ if [ -z "$only" ] || [ "$only" = nvme ] || [ "$only" = rdma ]; then
     args+=(--param NVME_ADDR=127.0.0.1 --param NVME_PORT=4420 --param "NVME_NQN=$REF_NQN"
         --param "NVME_NS_ADD_CMD=sh /checks/nvmet_ref.sh add-ns 2"
         --param "NVME_DENIED_HOSTNQN=$REF_DENIED_HOSTNQN")
-    [ "$with_rdma" -eq 1 ] && checks+=(rdma_ref nvme_rdma)
+    if [ "$with_rdma" -eq 1 ]; then checks+=(rdma_ref nvme_rdma); fi
 fi
 [ "${#checks[@]}" -gt 0 ] || guest_die "--only takes cifs, nvme or rdma"
 
 set +e
-"$GUEST_DIR/run.sh" --checks "$(IFS=,; echo "${checks[*]}")" "${args[@]}" "$@"
+"$GUEST_DIR/run.sh" --checks "$(IFS=,; echo "${checks[*]}")" "${args[@]}" "${passthrough[@]+"${passthrough[@]}"}"
 rc=$?
 set -e
 

@@ -8,7 +8,7 @@
 #
 # Options:
 #   --checks LIST      comma-separated check sets, run in this order
-#                      (cifs, nvmet_ref, nvme_tcp, rdma_smoke, ...)
+#                      (smoke, cifs, nvmet_ref, nvme_tcp, rdma_ref, nvme_rdma)
 #   --param K=V        parameter exported to the check scripts (repeatable);
 #                      see tests/guest/README.md for each set's parameters
 #   --params-file F    file of K=V lines (same as several --param)
