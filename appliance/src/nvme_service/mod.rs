@@ -111,6 +111,7 @@ fn build_config(state: &AppState, cache: &Mutex<VolumeCache>) -> anyhow::Result<
                     let path = state.pool.volume_path(&ns.volume);
                     match FileDevice::open(&path, size) {
                         Ok(d) => {
+                            tracing::info!(volume = %ns.volume, direct = d.is_direct(), "volume opened for NVMe");
                             let e = (Arc::new(d), Arc::new(IoCounters::default()));
                             cache.open.insert(key.clone(), e.clone());
                             e
