@@ -22,6 +22,8 @@ use super::shared::SharedState;
 use super::state::{AuthState, ConnState};
 use super::{Backend, ServerConfig, AUTH_TIMEOUT, IDLE_TIMEOUT};
 
+/// Logged-off sessions remembered per connection (see `prune_expired_sessions`).
+const MAX_EXPIRED_SESSIONS: usize = 4;
 /// Size of the socket read buffer.
 const READ_BUFFER: usize = 256 * 1024;
 
@@ -267,9 +269,7 @@ impl Connection {
             }
         }
         let out = self.finish(responses, encrypt_response)?;
-        self.state
-            .sessions
-            .retain(|_, s| !matches!(s.auth, AuthState::Expired));
+        self.prune_expired_sessions();
         Ok(out)
     }
 
@@ -284,6 +284,24 @@ impl Connection {
         self.state.sessions.clear();
         for o in opens {
             let _ = super::handlers::create::close_open(o).await;
+        }
+    }
+
+    /// Logged-off sessions are kept (keys only, no trees or opens) so that late requests on
+    /// them get a signed USER_SESSION_DELETED; only the newest few are kept.
+    fn prune_expired_sessions(&mut self) {
+        let mut expired: Vec<u64> = self
+            .state
+            .sessions
+            .iter()
+            .filter(|(_, s)| matches!(s.auth, AuthState::Expired))
+            .map(|(id, _)| *id)
+            .collect();
+        if expired.len() > MAX_EXPIRED_SESSIONS {
+            expired.sort_unstable();
+            for id in &expired[..expired.len() - MAX_EXPIRED_SESSIONS] {
+                self.state.sessions.remove(id);
+            }
         }
     }
 
@@ -354,7 +372,9 @@ impl Connection {
             match self.state.sessions.get(&session_id) {
                 Some(s) if s.is_valid() => {}
                 Some(s) if matches!(s.auth, AuthState::Expired) => {
-                    return (Reply::error(status::USER_SESSION_DELETED), signed)
+                    // Answered with the logged-off session's key so a signing client can
+                    // trust the status (smbtorture smb2.connect checks this).
+                    return (Reply::error(status::USER_SESSION_DELETED), hdr.is_signed());
                 }
                 _ => return (Reply::error(status::USER_SESSION_DELETED), signed),
             }

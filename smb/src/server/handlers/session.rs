@@ -56,7 +56,13 @@ pub async fn session_setup(
         return Err(status::REQUEST_NOT_ACCEPTED);
     }
     let sid = if ctx.hdr.session_id == 0 {
-        if conn.state.sessions.len() >= MAX_SESSIONS_PER_CONNECTION {
+        let live = conn
+            .state
+            .sessions
+            .values()
+            .filter(|s| !matches!(s.auth, AuthState::Expired))
+            .count();
+        if live >= MAX_SESSIONS_PER_CONNECTION {
             return Err(status::INSUFFICIENT_RESOURCES);
         }
         let sid = conn.state.next_session_id;
