@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared host-side helpers for the guest lab (sourced by build.sh, run.sh and
 # reference.sh; bash). Everything the lab needs from the host is named here so a
 # fresh CI machine can be prepared with one call: `guest_ensure_host_prereqs`.
@@ -25,6 +26,8 @@ GUEST_HOST_PREREQS=(
     "sha256sum:coreutils"
     "timeout:coreutils"
     "zstd:zstd"
+    "flock:util-linux"
+    "python3:python3-minimal"
 )
 GUEST_REFERENCE_PREREQS=(
     "smbd:samba"

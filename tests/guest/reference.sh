@@ -2,7 +2,8 @@
 # Reference run of the guest lab against real peers that exist today, proving
 # the harness and the check scripts before they are pointed at Quarry:
 #   cifs      -> a private Samba smbd on a host loopback port (10.0.2.2 from
-#                the guest), mounted with vers=3.1.1,seal and vers=3.0
+#                the guest), mounted with vers=3.1.1,seal and vers=3.0; df in
+#                the guest must equal the share file system's size on the host
 #   nvme_tcp  -> the Linux kernel's nvmet-tcp target set up inside the same
 #                guest (nvmet_ref), plain and with header+data digests,
 #                namespace hot-add and a refused host NQN
@@ -47,7 +48,8 @@ if [ -z "$only" ] || [ "$only" = cifs ]; then
     checks+=(cifs)
     args+=(--param SMB_ADDR=10.0.2.2 --param "SMB_PORT=$smb_port" --param "SMB_SHARE=$REF_SMB_SHARE"
         --param "SMB_USER=$REF_SMB_USER" --param "SMB_PASS=$REF_SMB_PASS"
-        --param "SMB_MOUNTS=vers=3.1.1,seal vers=3.0")
+        --param "SMB_MOUNTS=vers=3.1.1,seal vers=3.0"
+        --param "SMB_EXPECT_SIZE_KIB=$(df -k --output=size "$sdir/share" | tail -n 1 | tr -d ' ')")
 fi
 if [ -z "$only" ] || [ "$only" = nvme ] || [ "$only" = rdma ]; then
     checks+=(nvmet_ref)
