@@ -20,6 +20,8 @@ pub const FSCTL_SRV_COPYCHUNK_WRITE: u32 = 0x0014_80F2;
 pub const FSCTL_VALIDATE_NEGOTIATE_INFO: u32 = 0x0014_0204;
 /// FSCTL_QUERY_NETWORK_INTERFACE_INFO.
 pub const FSCTL_QUERY_NETWORK_INTERFACE_INFO: u32 = 0x0014_01FC;
+/// FSCTL_CREATE_OR_GET_OBJECT_ID.
+pub const FSCTL_CREATE_OR_GET_OBJECT_ID: u32 = 0x0009_00C0;
 /// FSCTL_SET_SPARSE.
 pub const FSCTL_SET_SPARSE: u32 = 0x0009_00C4;
 /// FSCTL_SET_ZERO_DATA.
@@ -158,6 +160,21 @@ pub fn validate_negotiate_response(
     v.extend_from_slice(guid);
     v.put_u16(security_mode);
     v.put_u16(dialect);
+    v
+}
+
+/// FILE_OBJECTID_BUFFER (MS-FSCC 2.1.3) for a file: the object id is derived from the stable
+/// file id and the volume serial, the birth ids equal the current ones, no domain id.
+pub fn object_id_buffer(file_id: u64, volume_serial: u32) -> Vec<u8> {
+    let mut oid = Vec::with_capacity(16);
+    oid.put_u64(file_id);
+    oid.put_u32(volume_serial);
+    oid.put_u32(0);
+    let mut v = Vec::with_capacity(64);
+    v.extend_from_slice(&oid);
+    v.put_zeros(16); // BirthVolumeId
+    v.extend_from_slice(&oid); // BirthObjectId
+    v.put_zeros(16); // DomainId
     v
 }
 

@@ -93,6 +93,24 @@ impl<'a> Request<'a> {
     }
 }
 
+/// The FileId a request names, read at its command's fixed offset (for related compounds,
+/// where the next request's all-ones FileId means "the previous request's handle").
+pub fn request_file_id(hdr: &Header, msg: &[u8]) -> Option<FileId> {
+    let off = match hdr.command()? {
+        Command::Close
+        | Command::Flush
+        | Command::Lock
+        | Command::Ioctl
+        | Command::QueryDirectory
+        | Command::ChangeNotify => 8,
+        Command::Read | Command::Write | Command::SetInfo => 16,
+        Command::QueryInfo => 24,
+        _ => return None,
+    };
+    let mut r = super::wire::Reader::new(msg.get(super::HEADER_LEN + off..)?);
+    FileId::decode(&mut r).ok()
+}
+
 /// Splits a compound message into its elements by NextCommand (MS-SMB2 3.3.5.2.7). Each
 /// element must start 8-byte aligned and hold at least a header; the last may be unaligned.
 pub fn split_compound(msg: &[u8]) -> Result<Vec<&[u8]>, ProtoError> {

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::crypto::PreauthHash;
 use crate::proto::framing::{frame_header, parse_frame_header, Frame, FRAME_HEADER_LEN};
 use crate::proto::header::{FLAG_SERVER_TO_REDIR, FLAG_SIGNED};
-use crate::proto::request::split_compound;
+use crate::proto::request::{request_file_id, split_compound};
 use crate::proto::transform::{is_transform, TransformHeader, TRANSFORM_LEN};
 use crate::proto::{smb1, status, Command, FileId, Header, HEADER_LEN};
 
@@ -163,7 +163,8 @@ struct Chain {
     session_id: u64,
     tree_id: u32,
     file_id: Option<FileId>,
-    status: u32,
+    /// Status of a failed CREATE: related requests after it fail the same way.
+    create_error: Option<u32>,
 }
 
 impl Connection {
@@ -238,11 +239,28 @@ impl Connection {
             rh.session_id = reply.session_id.unwrap_or(session_id);
             rh.tree_id = reply.tree_id.unwrap_or(tree_id);
             rh.credits = self.state.credits.grant(hdr.credits, hdr.credit_charge);
+            let named = request_file_id(&hdr, element).map(|id| {
+                if related && id == FileId::ALL_ONES {
+                    chain.file_id.unwrap_or(id)
+                } else {
+                    id
+                }
+            });
+            let is_create = hdr.command() == Some(Command::Create);
             chain = Chain {
                 session_id: rh.session_id,
                 tree_id: rh.tree_id,
-                file_id: reply.file_id.or(if related { chain.file_id } else { None }),
-                status: reply.status,
+                file_id: reply
+                    .file_id
+                    .or(named)
+                    .or(if related { chain.file_id } else { None }),
+                create_error: if is_create && reply.status != status::SUCCESS {
+                    Some(reply.status)
+                } else if related {
+                    chain.create_error
+                } else {
+                    None
+                },
             };
             let mut msg = Vec::with_capacity(HEADER_LEN + reply.body.len());
             rh.encode(&mut msg);
@@ -261,8 +279,19 @@ impl Connection {
             if reply.encrypt && encrypt_response.is_none() {
                 encrypt_response = Some(rh.session_id);
             }
-            let sign =
+            let mut sign =
                 signed_req || reply.force_sign || self.session_requires_signing(rh.session_id);
+            if reply.status == status::USER_SESSION_DELETED
+                && hdr.is_signed()
+                && !self.state.sessions.contains_key(&rh.session_id)
+            {
+                // No key to sign with: mark it signed and echo the request's signature, which
+                // clients accept for this status (Samba's smbXcli requires the flag).
+                let flags = u32::from_le_bytes([msg[16], msg[17], msg[18], msg[19]]) | FLAG_SIGNED;
+                msg[16..20].copy_from_slice(&flags.to_le_bytes());
+                msg[48..64].copy_from_slice(&hdr.signature);
+                sign = false;
+            }
             responses.push((msg, rh.session_id, sign && reply.status != status::PENDING));
             if reply.disconnect {
                 return Err(violation("disconnect requested by handler"));
@@ -325,9 +354,9 @@ impl Connection {
         chain: &Chain,
         encrypted_by: Option<u64>,
     ) -> (Reply, bool) {
-        if related && chain.status != status::SUCCESS {
-            // A related request after a failure fails the same way (MS-SMB2 3.3.5.2.7.2).
-            return (Reply::error(chain.status), false);
+        if let (true, Some(st)) = (related, chain.create_error) {
+            // A related request after a failed CREATE fails the same way (MS-SMB2 3.3.5.2.7.2).
+            return (Reply::error(st), false);
         }
         let cmd = hdr.command();
         let mut signed = false;

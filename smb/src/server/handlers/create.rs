@@ -39,6 +39,8 @@ pub const WRITE_BITS: u32 = 0x0000_0002
     | DELETE
     | 0x0004_0000
     | 0x0008_0000;
+/// Highest ImpersonationLevel (Delegate); larger values are refused (MS-SMB2 3.3.5.9).
+const MAX_IMPERSONATION_LEVEL: u32 = 3;
 /// Named pipes served on IPC$.
 const PIPES: [&str; 1] = ["srvsvc"];
 
@@ -96,6 +98,9 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     };
     if req.name.starts_with('\\') {
         return Err(status::INVALID_PARAMETER);
+    }
+    if req.impersonation_level > MAX_IMPERSONATION_LEVEL {
+        return Err(status::BAD_IMPERSONATION_LEVEL);
     }
     let disposition =
         CreateDisposition::from_wire(req.create_disposition).ok_or(status::INVALID_PARAMETER)?;

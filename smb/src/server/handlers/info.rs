@@ -1,7 +1,7 @@
 //! QUERY_INFO and SET_INFO (MS-SMB2 3.3.5.20, 3.3.5.21): file and file-system classes through
 //! the storage trait.
 
-use crate::proto::fsinfo::{encode_fs_info, FsFacts, FsSize};
+use crate::proto::fsinfo::{encode_fs_info, fs_min_output_len, FsFacts, FsSize};
 use crate::proto::info::{
     class, decode_disposition, decode_disposition_ex, decode_u64_info, encode_file_info,
     encode_set_info_response, min_output_len, BasicInfo, OpenFacts, QueryInfoRequest, RenameInfo,
@@ -61,8 +61,13 @@ pub async fn query_info(
             facts.file_index = info.file_id;
             facts.links = info.nlink;
             facts.name = format!("\\{path}");
-            let data = encode_file_info(req.class, &attrs_of(&info), &facts)
-                .ok_or(status::INVALID_INFO_CLASS)?;
+            let data = match encode_file_info(req.class, &attrs_of(&info), &facts) {
+                Some(d) => d,
+                None if req.class == class::ALTERNATE_NAME => {
+                    return Err(status::OBJECT_NAME_NOT_FOUND)
+                }
+                None => return Err(status::INVALID_INFO_CLASS),
+            };
             finish_output(data, req.output_buffer_length, min_output_len(req.class))
         }
         INFO_FILESYSTEM => {
@@ -86,7 +91,7 @@ pub async fn query_info(
                 fs_name: i.fs_name,
             };
             let data = encode_fs_info(req.class, &facts).ok_or(status::INVALID_INFO_CLASS)?;
-            finish_output(data, req.output_buffer_length, 0)
+            finish_output(data, req.output_buffer_length, fs_min_output_len(req.class))
         }
         _ => Err(status::NOT_SUPPORTED),
     }

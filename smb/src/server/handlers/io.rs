@@ -56,6 +56,9 @@ pub async fn read(conn: &mut Connection, ctx: &mut Ctx<'_>, req: ReadRequest) ->
         return Err(status::END_OF_FILE);
     }
     let nn = u32::try_from(n).unwrap_or(u32::MAX);
+    if let Ok(o) = super::open(conn, ctx, req.file_id) {
+        o.position = offset.saturating_add(n as u64);
+    }
     body[4..8].copy_from_slice(&nn.to_le_bytes());
     if let Some(o) = super::session(conn, ctx)?.observer.as_ref() {
         o.add_read(n as u64);
@@ -82,6 +85,9 @@ pub async fn write(conn: &mut Connection, ctx: &mut Ctx<'_>, req: WriteRequest<'
     let data = req.data.to_vec();
     let offset = req.offset;
     let n = blocking(move || f.write_at(offset, &data, write_through)).await?;
+    if let Ok(o) = super::open(conn, ctx, req.file_id) {
+        o.position = offset.saturating_add(n as u64);
+    }
     if let Some(o) = super::session(conn, ctx)?.observer.as_ref() {
         o.add_written(n as u64);
     }

@@ -2,8 +2,9 @@
 //! interface info, and the sparse-file FSCTLs. Anything else gets INVALID_DEVICE_REQUEST.
 
 use crate::proto::ioctl::{
-    encode_ioctl_response, network_interface_info_v4, validate_negotiate_response, IoctlRequest,
-    ValidateNegotiateInfo, FSCTL_DFS_GET_REFERRALS, FSCTL_PIPE_TRANSCEIVE,
+    encode_ioctl_response, network_interface_info_v4, object_id_buffer,
+    validate_negotiate_response, IoctlRequest, ValidateNegotiateInfo,
+    FSCTL_CREATE_OR_GET_OBJECT_ID, FSCTL_DFS_GET_REFERRALS, FSCTL_PIPE_TRANSCEIVE,
     FSCTL_QUERY_ALLOCATED_RANGES, FSCTL_QUERY_NETWORK_INTERFACE_INFO, FSCTL_SET_SPARSE,
     FSCTL_SET_ZERO_DATA, FSCTL_VALIDATE_NEGOTIATE_INFO, IOCTL_IS_FSCTL,
 };
@@ -84,6 +85,17 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
             let open = super::open(conn, ctx, req.file_id)?;
             let pipe = open.pipe.as_mut().ok_or(status::INVALID_DEVICE_REQUEST)?;
             super::pipe::transceive(pipe, req.ctl_code, id, req.input, max_out)
+        }
+        FSCTL_CREATE_OR_GET_OBJECT_ID => {
+            let id = ctx.resolve(req.file_id);
+            let open = super::open(conn, ctx, req.file_id)?;
+            let f = file_of(open)?;
+            let info = blocking(move || f.info()).await?;
+            let out = object_id_buffer(info.file_id, 0);
+            if out.len() > max_out {
+                return Err(status::BUFFER_TOO_SMALL);
+            }
+            Ok(reply(req.ctl_code, id, &out))
         }
         FSCTL_SET_SPARSE => {
             let open = super::open(conn, ctx, req.file_id)?;
