@@ -141,3 +141,15 @@ impl Default for TargetIdentity {
         }
     }
 }
+
+/// Where the configuration comes from. Why: the appliance promises that a namespace or
+/// host added through its API is visible to a host that connects after the API call
+/// returns, so the transport asks the source for news before every admin Connect
+/// instead of relying only on asynchronous change notifications.
+///
+/// `load` may block (database reads, opening volume files): the transport calls it on
+/// the blocking pool.
+pub trait ConfigSource: Send + Sync {
+    /// The current configuration if it changed since the last call, else `None`.
+    fn load_if_changed(&self) -> Result<Option<TargetConfig>, String>;
+}

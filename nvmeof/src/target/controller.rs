@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::config::{SubsystemConfig, TargetConfig, TargetIdentity};
+use super::config::{ConfigSource, SubsystemConfig, TargetConfig, TargetIdentity};
 use super::limits::*;
 
 /// Receives a controller's traffic and tells it when an admin disconnected it.
@@ -242,6 +242,7 @@ pub struct Target {
     pub identity: TargetIdentity,
     hooks: Option<Arc<dyn SessionHooks>>,
     discovery_genctr: AtomicU64,
+    source: Mutex<Option<Arc<dyn ConfigSource>>>,
 }
 
 impl std::fmt::Debug for Target {
@@ -267,7 +268,30 @@ impl Target {
             identity,
             hooks,
             discovery_genctr: AtomicU64::new(1),
+            source: Mutex::new(None),
         })
+    }
+
+    /// Installs the configuration source consulted by [`Target::refresh`].
+    pub fn set_source(&self, source: Arc<dyn ConfigSource>) {
+        *lock(&self.source) = Some(source);
+    }
+
+    /// Whether a configuration source is installed (the transport then refreshes
+    /// before admin Connects).
+    pub fn has_source(&self) -> bool {
+        lock(&self.source).is_some()
+    }
+
+    /// Asks the source for a newer configuration and applies it. Blocking.
+    pub fn refresh(&self) -> Result<(), String> {
+        let Some(src) = lock(&self.source).clone() else {
+            return Ok(());
+        };
+        if let Some(cfg) = src.load_if_changed()? {
+            self.update_config(cfg);
+        }
+        Ok(())
     }
 
     /// Configuration generation; queues refresh their cached snapshot when it moves.

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::target::io::{IoOutcome, IoRequest};
 use crate::target::{ListenerInfo, Output, Queue, Target};
-use crate::tcp::{decode, frame_len, COMMON_HEADER_LEN};
+use crate::tcp::{decode, frame_len, PduType, COMMON_HEADER_LEN};
 
 /// How often each connection checks keep-alive and controller teardown.
 pub const TICK: Duration = Duration::from_millis(500);
@@ -74,6 +74,31 @@ fn listener_info(local: Option<SocketAddr>, advertised: Option<&str>) -> Listene
     }
 }
 
+/// Brings the target's configuration up to date before a Connect is processed, so
+/// hosts see every change an API call made before they connected.
+async fn refresh_config(target: &Arc<Target>) {
+    if !target.has_source() {
+        return;
+    }
+    let t = target.clone();
+    match tokio::task::spawn_blocking(move || t.refresh()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "configuration refresh failed; using the previous one")
+        }
+        Err(e) => tracing::warn!(error = %e, "configuration refresh task failed"),
+    }
+}
+
+/// Whether a framed PDU is a Fabrics Connect for the admin queue (type, opcode,
+/// FCTYPE and QID peeked at their fixed offsets; full validation happens later).
+fn is_admin_connect(pdu: &[u8]) -> bool {
+    pdu.first() == Some(&(PduType::CapsuleCmd as u8))
+        && pdu.get(8) == Some(&crate::spec::admin_opc::FABRICS)
+        && pdu.get(12) == Some(&crate::spec::fabrics::FCTYPE_CONNECT)
+        && pdu.get(50..52) == Some(&[0, 0][..])
+}
+
 fn ms_since(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
@@ -89,7 +114,7 @@ pub async fn connection(
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let (mut rd, mut wr) = stream.into_split();
-    let mut q = Queue::new(target, info, peer.to_string());
+    let mut q = Queue::new(target.clone(), info, peer.to_string());
     let mut buf = BytesMut::with_capacity(RECV_BUF);
     let (io_tx, mut io_rx) = mpsc::unbounded_channel::<(IoRequest, std::io::Result<IoOutcome>)>();
     let events = Arc::new(Notify::new());
@@ -111,6 +136,9 @@ pub async fn connection(
                     let ctx = q.decode_context();
                     match frame_len(&buf, &ctx) {
                         Ok(Some(n)) if buf.len() >= n => {
+                            if q.controller().is_none() && is_admin_connect(&buf) {
+                                refresh_config(&target).await;
+                            }
                             let frame = &buf[..n];
                             let echo = &frame[..n.min(TERM_ECHO)];
                             match decode(frame, &ctx) {
@@ -192,4 +220,19 @@ pub async fn connection(
     };
     q.on_disconnect();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_connect_is_recognised_in_the_linux_capsule() {
+        let v = crate::tcp::tests::vector(include_str!("../../vectors/connect-capsule.hex"));
+        assert!(is_admin_connect(&v));
+        let mut io = v.clone();
+        io[50] = 1;
+        assert!(!is_admin_connect(&io));
+        assert!(!is_admin_connect(&v[..20]));
+    }
 }
