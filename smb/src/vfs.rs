@@ -323,6 +323,12 @@ pub trait FsFile: Send + Sync {
     /// Zeroes `[offset, offset+length)` inside the file, deallocating where possible
     /// (FSCTL_SET_ZERO_DATA: punch hole). Does not change the end of file.
     fn zero_data(&self, offset: u64, length: u64) -> Result<(), FsError>;
+    /// CLOSE: completes what the open deferred (a delayed write-time update) so that the
+    /// attributes the server then reports are final. The server calls it once, before its
+    /// post-close query; dropping an open without it does the same, best effort.
+    fn close(&self) -> Result<(), FsError> {
+        Ok(())
+    }
     /// Allocated ranges within `[offset, offset+length)`, at most `max_ranges` of them
     /// (FSCTL_QUERY_ALLOCATED_RANGES, via SEEK_DATA/SEEK_HOLE). Returns the ranges and whether
     /// more were left out.

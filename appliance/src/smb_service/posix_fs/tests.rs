@@ -963,3 +963,51 @@ fn concurrent_creates_keep_the_name_cache_exact() {
         .count();
     assert_eq!(same, 1);
 }
+
+#[test]
+fn write_time_updates_are_delayed_like_windows() {
+    let fx = fixture();
+    open(&fx, "f", D::Create).unwrap();
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000);
+    fs::File::options()
+        .write(true)
+        .open(fx.root.join("f"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let old_ft = quarry_smb::vfs::filetime_from_unix(1_500_000_000, 0);
+    let o = open(&fx, "f", D::Open).unwrap();
+    // The first write does not show yet, to this open or to others.
+    o.file.write_at(0, b"a", false).unwrap();
+    assert_eq!(o.file.info().unwrap().last_write_time, old_ft);
+    assert_eq!(
+        open(&fx, "f", D::Open).unwrap().info.last_write_time,
+        old_ft
+    );
+    // A flush shows it.
+    o.file.flush().unwrap();
+    let flushed = o.file.info().unwrap().last_write_time;
+    assert!(flushed > old_ft);
+    // Later writes through the same open do not move it until the close.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    o.file.write_at(1, b"b", false).unwrap();
+    assert_eq!(o.file.info().unwrap().last_write_time, flushed);
+    o.file.close().unwrap();
+    let closed = open(&fx, "f", D::Open).unwrap().info.last_write_time;
+    assert!(closed > flushed);
+    // An explicit write time sticks through later writes and the close.
+    let o = open(&fx, "f", D::Open).unwrap();
+    o.file
+        .set_basic_info(&BasicInfoChange {
+            last_write_time: Some(old_ft),
+            ..Default::default()
+        })
+        .unwrap();
+    o.file.write_at(0, b"c", false).unwrap();
+    o.file.set_end_of_file(10).unwrap();
+    drop(o);
+    assert_eq!(
+        open(&fx, "f", D::Open).unwrap().info.last_write_time,
+        old_ft
+    );
+}
