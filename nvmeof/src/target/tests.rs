@@ -794,3 +794,32 @@ fn features_number_of_queues_kato_and_write_cache() {
         Status::specific(sc::INVALID_LOG_PAGE)
     );
 }
+
+#[test]
+fn failed_commands_fill_the_error_log_and_smart_count() {
+    let t = target();
+    let (mut a, mut io) = io_queue(&t, Digests::NONE);
+    let c = io.resp(&rw(io_opc::READ, 9, BLOCKS + 5, 1, 4096, false), &[]);
+    assert_eq!(c.status(), Status::generic(sc::LBA_OUT_OF_RANGE));
+    let mut lp = Sqe::new(admin_opc::GET_LOG_PAGE, 50);
+    lp.set_cdw(10, 0x01 | (15 << 16));
+    transport_sgl(&mut lp, 64);
+    let (e, _) = a.read_cmd(&lp);
+    assert_eq!(u64::from_le_bytes(e[0..8].try_into().unwrap()), 1);
+    assert_eq!(u16::from_le_bytes([e[8], e[9]]), 1, "sqid");
+    assert_eq!(u16::from_le_bytes([e[10], e[11]]), 9, "cid");
+    assert_eq!(
+        u16::from_le_bytes([e[12], e[13]]),
+        Status::generic(sc::LBA_OUT_OF_RANGE).to_u16()
+    );
+    assert_eq!(
+        u64::from_le_bytes(e[16..24].try_into().unwrap()),
+        BLOCKS + 5
+    );
+    assert_eq!(u32::from_le_bytes(e[24..28].try_into().unwrap()), 1);
+    lp.set_nsid(u32::MAX);
+    lp.set_cdw(10, 0x02 | (127 << 16));
+    transport_sgl(&mut lp, 512);
+    let (smart, _) = a.read_cmd(&lp);
+    assert_eq!(smart[176], 1, "SMART error log entries");
+}
