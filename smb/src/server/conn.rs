@@ -11,13 +11,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::crypto::PreauthHash;
 use crate::proto::framing::{frame_header, parse_frame_header, Frame, FRAME_HEADER_LEN};
-use crate::proto::header::{FLAG_SERVER_TO_REDIR, FLAG_SIGNED};
+use crate::proto::header::{FLAG_ASYNC_COMMAND, FLAG_SERVER_TO_REDIR, FLAG_SIGNED};
 use crate::proto::request::{request_file_id, split_compound};
 use crate::proto::transform::{is_transform, TransformHeader, TRANSFORM_LEN};
 use crate::proto::{smb1, status, Command, FileId, Header, HEADER_LEN};
 
 use super::credits::CreditWindow;
 use super::dispatch::{self, Ctx, PreauthTarget, Reply};
+use super::pending::{PendingOp, MAX_PENDING_PER_CONNECTION, PENDING_POLL};
 use super::shared::SharedState;
 use super::state::{AuthState, ConnState};
 use super::{Backend, ServerConfig, AUTH_TIMEOUT, IDLE_TIMEOUT};
@@ -100,44 +101,76 @@ pub async fn run_connection(
         shared,
         admin_cancel: CancellationToken::new(),
         closed: CancellationToken::new(),
+        pending: Vec::new(),
+        next_async_id: 0,
     };
     let _closed = conn.closed.clone().drop_guard();
-    let result = serve_frames(&mut conn, &mut rd, &mut wr, &shutdown).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(FRAME_QUEUE);
+    let reader = tokio::spawn(async move {
+        loop {
+            let r = read_frame(&mut rd).await;
+            let more = matches!(r, Ok(Some(_)));
+            if tx.send(r).await.is_err() || !more {
+                return;
+            }
+        }
+    });
+    let result = serve_frames(&mut conn, rx, &mut wr, &shutdown).await;
+    reader.abort();
     conn.cleanup().await;
     result
 }
 
-/// Reads, processes and answers frames until EOF, error, timeout or cancellation.
-async fn serve_frames<R, W>(
+/// Bounded queue of frames read ahead of processing.
+const FRAME_QUEUE: usize = 8;
+
+type FrameRx = tokio::sync::mpsc::Receiver<Result<Option<Vec<u8>>, ConnError>>;
+
+async fn write_messages<W: AsyncWriteExt + Unpin>(
+    wr: &mut W,
+    msgs: Vec<Vec<u8>>,
+) -> Result<(), ConnError> {
+    for out in msgs {
+        let mut framed = Vec::with_capacity(out.len() + FRAME_HEADER_LEN);
+        framed.extend_from_slice(&frame_header(out.len()).map_err(|e| violation(e.to_string()))?);
+        framed.extend_from_slice(&out);
+        wr.write_all(&framed).await?;
+    }
+    Ok(())
+}
+
+/// Processes and answers frames until EOF, error, timeout or cancellation, completing
+/// asynchronous operations in between.
+async fn serve_frames<W>(
     conn: &mut Connection,
-    rd: &mut R,
+    mut rx: FrameRx,
     wr: &mut W,
     shutdown: &CancellationToken,
 ) -> Result<(), ConnError>
 where
-    R: AsyncReadExt + Unpin,
     W: AsyncWriteExt + Unpin,
 {
     loop {
         let authed = conn.state.sessions.values().any(|s| s.is_valid());
         let limit = if authed { IDLE_TIMEOUT } else { AUTH_TIMEOUT };
+        let waiting = !conn.pending.is_empty();
         let frame = tokio::select! {
             _ = shutdown.cancelled() => return Err(ConnError::Shutdown),
             _ = conn.admin_cancel.cancelled() => return Err(ConnError::Shutdown),
-            r = tokio::time::timeout(limit, read_frame(rd)) => match r {
+            _ = tokio::time::sleep(PENDING_POLL), if waiting => {
+                let msgs = conn.poll_pending()?;
+                write_messages(wr, msgs).await?;
+                continue;
+            }
+            r = tokio::time::timeout(limit, rx.recv()) => match r {
                 Err(_) => return Err(ConnError::Timeout),
-                Ok(r) => r?,
+                Ok(None) => return Ok(()),
+                Ok(Some(r)) => r?,
             },
         };
         let Some(frame) = frame else { return Ok(()) };
-        let out = conn.process(frame).await?;
-        if !out.is_empty() {
-            let mut framed = Vec::with_capacity(out.len() + FRAME_HEADER_LEN);
-            framed
-                .extend_from_slice(&frame_header(out.len()).map_err(|e| violation(e.to_string()))?);
-            framed.extend_from_slice(&out);
-            wr.write_all(&framed).await?;
-        }
+        let msgs = conn.process(frame).await?;
+        write_messages(wr, msgs).await?;
     }
 }
 
@@ -155,6 +188,10 @@ pub struct Connection {
     pub admin_cancel: CancellationToken,
     /// Cancelled when the connection ends (stops helper tasks).
     pub closed: CancellationToken,
+    /// Outstanding asynchronous operations.
+    pub pending: Vec<PendingOp>,
+    /// Last AsyncId handed out.
+    pub next_async_id: u64,
 }
 
 /// Facts about one compound element carried to the next (related operations).
@@ -170,9 +207,9 @@ struct Chain {
 impl Connection {
     /// Processes one received frame; returns the response message (unframed), empty when
     /// nothing is to be sent.
-    pub async fn process(&mut self, mut frame: Vec<u8>) -> Result<Vec<u8>, ConnError> {
+    pub async fn process(&mut self, mut frame: Vec<u8>) -> Result<Vec<Vec<u8>>, ConnError> {
         if smb1::is_smb1(&frame) {
-            return self.smb1_negotiate(&frame);
+            return Ok(vec![self.smb1_negotiate(&frame)?]);
         }
         let mut encrypted_by: Option<u64> = None;
         let plain: Vec<u8> = if is_transform(&frame) {
@@ -198,6 +235,7 @@ impl Connection {
         }
         let elements = split_compound(&plain).map_err(|e| violation(e.to_string()))?;
         let mut responses: Vec<(Vec<u8>, u64, bool)> = Vec::with_capacity(elements.len());
+        let mut extra: Vec<Vec<u8>> = Vec::new();
         let mut chain = Chain::default();
         let mut encrypt_response = encrypted_by;
         for (i, element) in elements.iter().enumerate() {
@@ -206,8 +244,19 @@ impl Connection {
                 return Err(violation("response received by the server"));
             }
             if hdr.command() == Some(Command::Cancel) {
-                // No async operations are outstanding in this version: nothing to cancel and
-                // CANCEL never gets a response (MS-SMB2 3.3.5.16).
+                // CANCEL consumes no credit and gets no response of its own; the cancelled
+                // operation completes with STATUS_CANCELLED (MS-SMB2 3.3.5.16).
+                let pos = self.pending.iter().position(|p| {
+                    if hdr.is_async() {
+                        p.async_id == hdr.async_id
+                    } else {
+                        p.hdr.message_id == hdr.message_id
+                    }
+                });
+                if let Some(pos) = pos {
+                    let op = self.pending.swap_remove(pos);
+                    extra.push(self.complete(op, status::CANCELLED)?);
+                }
                 continue;
             }
             if let Err(e) = self
@@ -224,7 +273,7 @@ impl Connection {
                 session_id = chain.session_id;
                 tree_id = chain.tree_id;
             }
-            let (reply, signed_req) = self
+            let (mut reply, signed_req) = self
                 .one_request(
                     &hdr,
                     element,
@@ -235,7 +284,33 @@ impl Connection {
                     encrypted_by,
                 )
                 .await;
+            let (reply, signed_req) = match reply.wait.take() {
+                Some(wait) if self.pending.len() < MAX_PENDING_PER_CONNECTION => {
+                    self.next_async_id += 1;
+                    self.pending.push(PendingOp {
+                        async_id: self.next_async_id,
+                        hdr: hdr.clone(),
+                        session_id,
+                        signed: signed_req,
+                        encrypted: encrypted_by.is_some(),
+                        wait,
+                    });
+                    (
+                        Reply {
+                            async_id: Some(self.next_async_id),
+                            ..Reply::error(status::PENDING)
+                        },
+                        false,
+                    )
+                }
+                Some(_) => (Reply::error(status::LOCK_NOT_GRANTED), signed_req),
+                None => (reply, signed_req),
+            };
             let mut rh = hdr.response(reply.status);
+            if let Some(aid) = reply.async_id {
+                rh.flags |= FLAG_ASYNC_COMMAND;
+                rh.async_id = aid;
+            }
             rh.session_id = reply.session_id.unwrap_or(session_id);
             rh.tree_id = reply.tree_id.unwrap_or(tree_id);
             rh.credits = self.state.credits.grant(hdr.credits, hdr.credit_charge);
@@ -297,7 +372,10 @@ impl Connection {
                 return Err(violation("disconnect requested by handler"));
             }
         }
-        let out = self.finish(responses, encrypt_response)?;
+        let mut out = extra;
+        if !responses.is_empty() {
+            out.insert(0, self.finish(responses, encrypt_response)?);
+        }
         self.prune_expired_sessions();
         Ok(out)
     }
@@ -314,6 +392,51 @@ impl Connection {
         for o in opens {
             let _ = super::handlers::create::close_open(o).await;
         }
+    }
+
+    /// Re-checks every waiting operation; returns the final responses of those that finished
+    /// (completed, or their open / session went away).
+    pub fn poll_pending(&mut self) -> Result<Vec<Vec<u8>>, ConnError> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.pending.len() {
+            let op = &self.pending[i];
+            let open_alive = self.state.sessions.get(&op.session_id).is_some_and(|s| {
+                s.is_valid() && op.open_id().is_none_or(|id| s.opens.contains_key(&id))
+            });
+            let done = if open_alive {
+                op.poll()
+            } else {
+                Some(status::RANGE_NOT_LOCKED)
+            };
+            match done {
+                Some(st) => {
+                    let op = self.pending.swap_remove(i);
+                    out.push(self.complete(op, st)?);
+                }
+                None => i += 1,
+            }
+        }
+        Ok(out)
+    }
+
+    /// The final (async) response of a pending operation.
+    fn complete(&mut self, op: PendingOp, st: u32) -> Result<Vec<u8>, ConnError> {
+        let mut rh = op.hdr.response(st);
+        rh.flags |= FLAG_ASYNC_COMMAND;
+        rh.async_id = op.async_id;
+        rh.session_id = op.session_id;
+        rh.credits = 0;
+        let mut msg = Vec::with_capacity(HEADER_LEN + 16);
+        rh.encode(&mut msg);
+        if st == status::SUCCESS {
+            crate::proto::session::encode_empty_response(&mut msg);
+        } else {
+            crate::proto::io::encode_error_response(&mut msg);
+        }
+        let sign = op.signed || self.session_requires_signing(op.session_id);
+        let encrypt = op.encrypted.then_some(op.session_id);
+        self.finish(vec![(msg, op.session_id, sign)], encrypt)
     }
 
     /// Logged-off sessions are kept (keys only, no trees or opens) so that late requests on

@@ -17,7 +17,7 @@ pub enum PreauthTarget {
 }
 
 /// What a handler answers.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Reply {
     /// NTSTATUS.
     pub status: u32,
@@ -37,6 +37,10 @@ pub struct Reply {
     pub preauth: Option<PreauthTarget>,
     /// End the connection after sending nothing more.
     pub disconnect: bool,
+    /// The operation must wait: send STATUS_PENDING now and complete it later.
+    pub wait: Option<super::pending::Wait>,
+    /// AsyncId of an interim response (set by the connection).
+    pub async_id: Option<u64>,
 }
 
 impl Reply {

@@ -20,6 +20,7 @@ pub mod conn;
 pub mod credits;
 pub mod dispatch;
 pub mod handlers;
+pub mod pending;
 pub mod shared;
 pub mod state;
 

@@ -7,6 +7,7 @@ use crate::proto::io::{
 };
 use crate::proto::session::encode_empty_response;
 use crate::proto::{status, FileId};
+use crate::server::pending::Wait;
 use crate::share_mode::{LockError, LockPlan};
 
 use super::create::{FILE_APPEND_DATA, FILE_EXECUTE, FILE_READ_DATA, FILE_WRITE_DATA};
@@ -111,13 +112,6 @@ pub async fn flush(conn: &mut Connection, ctx: &mut Ctx<'_>, id: FileId) -> HRes
     Ok(Reply::ok(body))
 }
 
-/// How long a blocking LOCK keeps retrying before it is answered LOCK_NOT_GRANTED. Blocking
-/// locks are retried in place (this version has no async interim responses), so the wait is
-/// bounded to keep the connection responsive.
-pub const BLOCKING_LOCK_MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-/// Retry interval of a blocking LOCK.
-pub const BLOCKING_LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
-
 /// Handles LOCK: byte-range locks in the share's [`crate::share_mode::LockManager`].
 pub async fn lock(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest) -> HResult {
     let open = super::open(conn, ctx, req.file_id)?;
@@ -130,21 +124,21 @@ pub async fn lock(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest) ->
             .locks()
             .unlock(inode, id, &ranges)
             .map_err(|e| e.nt_status())?,
-        LockPlan::Lock { locks, blocking } => {
-            let deadline = tokio::time::Instant::now() + BLOCKING_LOCK_MAX_WAIT;
-            loop {
-                let r = share.locks().lock(inode, id, &locks);
-                match r {
-                    Ok(()) => break,
-                    Err(LockError::NotGranted)
-                        if blocking && tokio::time::Instant::now() < deadline =>
-                    {
-                        tokio::time::sleep(BLOCKING_LOCK_RETRY).await;
-                    }
-                    Err(e) => return Err(e.nt_status()),
-                }
+        LockPlan::Lock { locks, blocking } => match share.locks().lock(inode, id, &locks) {
+            Ok(()) => {}
+            Err(LockError::NotGranted) if blocking => {
+                return Ok(Reply {
+                    wait: Some(Wait::Lock {
+                        share: share.clone(),
+                        inode,
+                        open: id,
+                        locks,
+                    }),
+                    ..Reply::default()
+                });
             }
-        }
+            Err(e) => return Err(e.nt_status()),
+        },
     }
     let mut body = Vec::new();
     encode_empty_response(&mut body);
