@@ -498,3 +498,36 @@ async fn nvme_controller_listed_in_sessions_and_admin_disconnect_drops_it() -> a
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nvme_sq_flow_control_disabled_reads_complete_by_success_flag() -> anyhow::Result<()> {
+    let p = QuarryProcess::start()?;
+    let nqn = "nqn.2026-11.io.quarry:sqflow";
+    provision(&p, "sf", 8 * MIB, nqn, None)?;
+    let mut o = Options::new(p.nvme, nqn);
+    o.disable_sqflow = true;
+    o.digests = BOTH;
+    let mut c = Controller::connect(&o).await?;
+    let data = pattern(3, 3, 128 * 1024);
+    check(
+        &c.write(0, 1, 10, data.clone(), 4096, false).await?,
+        "write",
+    )?;
+    // The initiator synthesises the CQE from the SUCCESS flag (sqhd 0, status 0);
+    // a CapsuleResp from the target would carry SQHD 0xffff in this mode.
+    let sqe = rw_sqe(io_opc::READ, 1, 10, 32, false);
+    let r = c.io[0]
+        .exec(Command {
+            sqe,
+            write: None,
+            read_len: 128 * 1024,
+        })
+        .await?;
+    check(&r, "read")?;
+    ensure!(r.data == data, "read back differs");
+    ensure!(
+        r.cqe.sqhd == 0,
+        "read completed by a CapsuleResp, not the SUCCESS flag"
+    );
+    Ok(())
+}

@@ -39,6 +39,8 @@ pub struct Options {
     pub digests: Digests,
     /// I/O queues to open.
     pub io_queues: u16,
+    /// Disable SQ flow control on the I/O queues (Connect CATTR bit 2).
+    pub disable_sqflow: bool,
 }
 
 impl Options {
@@ -51,6 +53,7 @@ impl Options {
             hostid: TEST_HOSTID,
             digests: Digests::NONE,
             io_queues: 1,
+            disable_sqflow: false,
         }
     }
 }
@@ -143,6 +146,7 @@ impl Controller {
         ]);
         for qid in 1..=o.io_queues {
             let mut q = Queue::open(o.addr, o.digests).await?;
+            q.disable_sqflow = o.disable_sqflow;
             let cqe = q
                 .connect(
                     qid,
