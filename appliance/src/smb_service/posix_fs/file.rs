@@ -15,6 +15,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use quarry_smb::vfs::names::split_path;
 use quarry_smb::vfs::{
     attr, filetime_to_unix, AllocatedRange, BasicInfoChange, DirCursor, FileInfo, FsError, FsFile,
+    FILETIME_FREEZE, FILETIME_THAW,
 };
 
 use super::attrs;
@@ -366,11 +367,30 @@ impl FsFile for PosixFile {
             let keep_sparse = current & attr::SPARSE_FILE;
             attrs::write_attributes(fd, (a & attr::SETTABLE) | keep_sparse, &self.share.xattrs)?;
         }
-        if let Some(t) = change.creation_time {
+        // FREEZE/THAW (-1/-2) and other values above i64::MAX are never timestamps.
+        let real = |t: Option<u64>| t.filter(|t| i64::try_from(*t).is_ok());
+        if let Some(t) = real(change.creation_time) {
             attrs::write_creation_time(fd, t, &self.share.xattrs)?;
         }
-        let atime = change.last_access_time.map(filetime_to_unix);
-        let mtime = change.last_write_time.map(filetime_to_unix);
+        let atime = real(change.last_access_time).map(filetime_to_unix);
+        let mtime = real(change.last_write_time).map(filetime_to_unix);
+        if !self.is_dir {
+            match change.last_write_time {
+                Some(FILETIME_FREEZE) => {
+                    let now = self.stat()?.mtime;
+                    self.write_time
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .freeze(now);
+                }
+                Some(FILETIME_THAW) => self
+                    .write_time
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .thaw(),
+                _ => {}
+            }
+        }
         if atime.is_some() || mtime.is_some() {
             sys::futimens(fd, atime, mtime).map_err(io_err("set times"))?;
         }
@@ -383,7 +403,14 @@ impl FsFile for PosixFile {
                     .explicit_set(t);
             }
             // Any basic-information set, even all zero, shows a pending update (Windows).
-            _ => self.write_time_step(WriteTimeState::flush),
+            _ if !matches!(
+                change.last_write_time,
+                Some(FILETIME_FREEZE | FILETIME_THAW)
+            ) =>
+            {
+                self.write_time_step(WriteTimeState::flush)
+            }
+            _ => {}
         }
         Ok(())
     }

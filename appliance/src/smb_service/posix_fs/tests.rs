@@ -1011,3 +1011,30 @@ fn write_time_updates_are_delayed_like_windows() {
         old_ft
     );
 }
+
+#[test]
+fn freeze_and_thaw_values_are_not_timestamps() {
+    use quarry_smb::vfs::{FILETIME_FREEZE, FILETIME_THAW};
+    let fx = fixture();
+    let o = open(&fx, "f", D::Create).unwrap();
+    let before = o.file.info().unwrap();
+    let all = |t| BasicInfoChange {
+        creation_time: Some(t),
+        last_access_time: Some(t),
+        last_write_time: Some(t),
+        change_time: Some(t),
+        attributes: None,
+    };
+    o.file.set_basic_info(&all(FILETIME_FREEZE)).unwrap();
+    // Frozen: a write through this open leaves the write time alone, even at close.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    o.file.write_at(0, b"x", false).unwrap();
+    o.file.close().unwrap();
+    let after = o.file.info().unwrap();
+    assert_eq!(
+        (after.creation_time, after.last_write_time),
+        (before.creation_time, before.last_write_time)
+    );
+    o.file.set_basic_info(&all(FILETIME_THAW)).unwrap();
+    assert_eq!(o.file.info().unwrap().creation_time, before.creation_time);
+}

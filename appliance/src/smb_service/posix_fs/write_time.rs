@@ -119,6 +119,18 @@ impl WriteTimeState {
         self.phase = Phase::Idle;
     }
 
+    /// FILETIME -1: writes through this open stop moving the write time, which stays `t`.
+    pub fn freeze(&mut self, t: UnixTime) {
+        self.sticky = Some(t);
+        self.phase = Phase::Idle;
+    }
+
+    /// FILETIME -2: writes through this open move the write time again.
+    pub fn thaw(&mut self) {
+        self.sticky = None;
+        self.phase = Phase::Idle;
+    }
+
     /// At close: pending or later writes are stamped, unless the time was set explicitly
     /// (through this open, or through another since this one wrote: `epoch` moved).
     pub fn on_close(&mut self, epoch: u64) -> Fix {
@@ -180,6 +192,17 @@ mod tests {
         // Pending at close is stamped.
         let mut s = WriteTimeState::default();
         s.after_write(T0, start, 0);
+        assert_eq!(s.on_close(0), Fix::Now);
+    }
+
+    #[test]
+    fn freeze_and_thaw() {
+        let start = Instant::now();
+        let mut s = WriteTimeState::default();
+        s.freeze(T0);
+        assert_eq!(s.after_write(T1, start, 0), Fix::Restore(T0));
+        s.thaw();
+        assert_eq!(s.after_write(T0, start, 0), Fix::Restore(T0));
         assert_eq!(s.on_close(0), Fix::Now);
     }
 
