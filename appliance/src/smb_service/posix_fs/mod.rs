@@ -216,6 +216,13 @@ impl PosixShareFs {
                 "file has the read-only attribute".into(),
             ));
         }
+        if req.options & create_options::DELETE_ON_CLOSE != 0
+            && info.attributes & attr::READONLY != 0
+        {
+            return Err(FsError::CannotDelete(
+                "delete-on-close of a read-only file".into(),
+            ));
+        }
         // MS-FSA 2.1.5.1.2.1: replacing a hidden or system file must say so.
         let kept = info.attributes & (attr::HIDDEN | attr::SYSTEM);
         if truncate && kept & !req.attributes != 0 {
@@ -251,6 +258,14 @@ impl PosixShareFs {
     fn create_new(&self, loc: &Located, req: &CreateRequest<'_>) -> Result<Opened, FsError> {
         if self.inner.config.read_only {
             return Err(FsError::AccessDenied("read-only share".into()));
+        }
+        // MS-FSA 2.1.5.1.1: refused before anything is created.
+        if req.options & create_options::DELETE_ON_CLOSE != 0
+            && req.attributes & attr::READONLY != 0
+        {
+            return Err(FsError::CannotDelete(
+                "delete-on-close of a read-only file".into(),
+            ));
         }
         let parent = loc.parent_fd.as_fd();
         let cname = sys::cstr(&loc.name).map_err(|_| FsError::InvalidName(loc.name.clone()))?;

@@ -1038,3 +1038,33 @@ fn freeze_and_thaw_values_are_not_timestamps() {
     o.file.set_basic_info(&all(FILETIME_THAW)).unwrap();
     assert_eq!(o.file.info().unwrap().creation_time, before.creation_time);
 }
+
+#[test]
+fn delete_on_close_of_read_only_files_is_refused_before_creating() {
+    let fx = fixture();
+    let doc_ro = CreateRequest {
+        options: co::DELETE_ON_CLOSE | co::NON_DIRECTORY_FILE,
+        attributes: attr::READONLY,
+        ..req("ro", D::Create)
+    };
+    assert_eq!(
+        fx.fs.create(&doc_ro).unwrap_err().nt_status(),
+        nt::CANNOT_DELETE
+    );
+    assert!(!fx.root.join("ro").exists());
+    fx.fs
+        .create(&CreateRequest {
+            attributes: attr::READONLY,
+            ..req("ro", D::Create)
+        })
+        .unwrap();
+    let doc = CreateRequest {
+        options: co::DELETE_ON_CLOSE,
+        write: false,
+        ..req("ro", D::Open)
+    };
+    assert_eq!(
+        fx.fs.create(&doc).unwrap_err().nt_status(),
+        nt::CANNOT_DELETE
+    );
+}
