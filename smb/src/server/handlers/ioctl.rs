@@ -6,7 +6,8 @@ use crate::proto::ioctl::{
     validate_negotiate_response, IoctlRequest, ValidateNegotiateInfo,
     FSCTL_CREATE_OR_GET_OBJECT_ID, FSCTL_DFS_GET_REFERRALS, FSCTL_PIPE_TRANSCEIVE,
     FSCTL_QUERY_ALLOCATED_RANGES, FSCTL_QUERY_NETWORK_INTERFACE_INFO, FSCTL_SET_SPARSE,
-    FSCTL_SET_ZERO_DATA, FSCTL_VALIDATE_NEGOTIATE_INFO, IOCTL_IS_FSCTL,
+    FSCTL_SET_ZERO_DATA, FSCTL_SRV_COPYCHUNK, FSCTL_SRV_COPYCHUNK_WRITE,
+    FSCTL_SRV_REQUEST_RESUME_KEY, FSCTL_VALIDATE_NEGOTIATE_INFO, IOCTL_IS_FSCTL,
 };
 use crate::proto::wire::{Put, Reader};
 use crate::proto::{status, FileId};
@@ -96,6 +97,12 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
                 return Err(status::BUFFER_TOO_SMALL);
             }
             Ok(reply(req.ctl_code, id, &out))
+        }
+        FSCTL_SRV_REQUEST_RESUME_KEY => {
+            super::copychunk::request_resume_key(conn, ctx, &req, max_out)
+        }
+        FSCTL_SRV_COPYCHUNK | FSCTL_SRV_COPYCHUNK_WRITE => {
+            super::copychunk::copychunk(conn, ctx, &req, max_out).await
         }
         FSCTL_SET_SPARSE => {
             let open = super::open(conn, ctx, req.file_id)?;
