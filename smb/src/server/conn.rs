@@ -267,14 +267,17 @@ impl Connection {
                 return Err(violation(e.to_string()));
             }
             let related = i > 0 && hdr.is_related();
+            let first_marked_related = i == 0 && hdr.is_related();
             let mut session_id = hdr.session_id;
             let mut tree_id = hdr.tree_id;
             if related {
                 session_id = chain.session_id;
                 tree_id = chain.tree_id;
             }
-            let (mut reply, signed_req) = self
-                .one_request(
+            let (mut reply, signed_req) = if first_marked_related {
+                (Reply::error(status::INVALID_PARAMETER), false)
+            } else {
+                self.one_request(
                     &hdr,
                     element,
                     session_id,
@@ -283,7 +286,8 @@ impl Connection {
                     &chain,
                     encrypted_by,
                 )
-                .await;
+                .await
+            };
             let (reply, signed_req) = match reply.wait.take() {
                 Some(wait) if self.pending.len() < MAX_PENDING_PER_CONNECTION => {
                     self.next_async_id += 1;
@@ -321,7 +325,8 @@ impl Connection {
                     id
                 }
             });
-            let is_create = hdr.command() == Some(Command::Create);
+            // A failed CREATE, or a first element wrongly marked related, poisons the chain.
+            let is_create = hdr.command() == Some(Command::Create) || (i == 0 && hdr.is_related());
             chain = Chain {
                 session_id: rh.session_id,
                 tree_id: rh.tree_id,
