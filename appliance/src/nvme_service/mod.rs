@@ -168,6 +168,7 @@ fn build_config(
                 nsid: ns.nsid,
                 uuid: *ns.uuid.as_bytes(),
                 lba_shift: LBA_SHIFT,
+                size_bytes: size,
                 device: entry.0,
                 counters: entry.1,
                 label: ns.volume.clone(),

@@ -22,6 +22,7 @@ fuzz_target!(|data: &[u8]| {
                 nsid: 1,
                 uuid: [1; 16],
                 lba_shift: 12,
+                size_bytes: 1 << 20,
                 device: dev,
                 counters: Arc::new(IoCounters::default()),
                 label: "fuzz".into(),

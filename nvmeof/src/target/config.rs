@@ -58,6 +58,10 @@ pub struct NamespaceConfig {
     pub uuid: [u8; 16],
     /// log2 of the logical block size (9 or 12).
     pub lba_shift: u8,
+    /// Size in bytes as of this snapshot. Why not ask the device: a resize must be
+    /// visible as a difference between two snapshots (that is what raises the notice),
+    /// and the device object is shared by both.
+    pub size_bytes: u64,
     /// The backing storage.
     pub device: Arc<dyn BlockDevice>,
     /// Counters reported in the SMART log.
@@ -71,7 +75,7 @@ impl std::fmt::Debug for NamespaceConfig {
         f.debug_struct("NamespaceConfig")
             .field("nsid", &self.nsid)
             .field("label", &self.label)
-            .field("size", &self.device.size_bytes())
+            .field("size", &self.size_bytes)
             .finish()
     }
 }
@@ -79,7 +83,7 @@ impl std::fmt::Debug for NamespaceConfig {
 impl NamespaceConfig {
     /// Number of logical blocks.
     pub fn blocks(&self) -> u64 {
-        self.device.size_bytes() >> self.lba_shift
+        self.size_bytes.min(self.device.size_bytes()) >> self.lba_shift
     }
 }
 

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::config::BlockDevice as _;
 use super::mem::MemDevice;
 use super::*;
 use crate::spec::fabrics::FCTYPE_PROPERTY_SET;
@@ -25,6 +26,7 @@ fn ns(nsid: u32, dev: Arc<MemDevice>) -> NamespaceConfig {
         nsid,
         uuid: [nsid as u8; 16],
         lba_shift: 12,
+        size_bytes: dev.size_bytes(),
         device: dev,
         counters: Arc::new(IoCounters::default()),
         label: format!("vol{nsid}"),
@@ -822,4 +824,27 @@ fn failed_commands_fill_the_error_log_and_smart_count() {
     transport_sgl(&mut lp, 512);
     let (smart, _) = a.read_cmd(&lp);
     assert_eq!(smart[176], 1, "SMART error log entries");
+}
+
+#[test]
+fn resize_with_a_shared_device_raises_a_notice() {
+    let dev = Arc::new(MemDevice::new(2 << 20));
+    let mut small = ns(1, dev.clone());
+    small.size_bytes = 1 << 20;
+    let t = Target::new(config(None, vec![small]), TargetIdentity::default(), None);
+    let (mut a, _io) = io_queue(&t, Digests::NONE);
+    let mut sf = Sqe::new(admin_opc::SET_FEATURES, 20);
+    sf.set_cdw(10, u32::from(crate::spec::fid::ASYNC_EVENT));
+    sf.set_cdw(11, 1 << 8);
+    assert!(a.resp(&sf, &[]).status().is_success());
+    assert!(a
+        .cmd(&Sqe::new(admin_opc::ASYNC_EVENT_REQUEST, 21), &[])
+        .is_empty());
+    // Same device object, larger snapshot size.
+    t.update_config(config(None, vec![ns(1, dev)]));
+    a.q.poll_events();
+    let g = a.drain();
+    assert!(matches!(g[..], [Got::Resp(c)] if c.cid == 21), "{g:?}");
+    let (id, _) = a.read_cmd(&identify(0, 1));
+    assert_eq!(u64::from_le_bytes(id[0..8].try_into().unwrap()), 512);
 }
