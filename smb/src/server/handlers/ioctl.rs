@@ -12,7 +12,7 @@ use crate::proto::ioctl::{
 use crate::proto::wire::{Put, Reader};
 use crate::proto::{status, FileId};
 
-use super::create::{FILE_APPEND_DATA, FILE_WRITE_DATA};
+use super::create::{FILE_APPEND_DATA, FILE_READ_DATA, FILE_WRITE_DATA};
 use super::{blocking, file_of};
 use crate::server::conn::Connection;
 use crate::server::dispatch::{Ctx, HResult, Reply};
@@ -20,6 +20,12 @@ use crate::server::MAX_IO_SIZE;
 
 /// Link speed reported for the loopback/ethernet interface (bits per second): 10 Gb/s.
 const REPORTED_LINK_SPEED: u64 = 10_000_000_000;
+/// FSCTL_GET_COMPRESSION.
+const FSCTL_GET_COMPRESSION: u32 = 0x0009_003C;
+/// FSCTL_SET_COMPRESSION.
+const FSCTL_SET_COMPRESSION: u32 = 0x0009_C040;
+/// Size of one FILE_ALLOCATED_RANGE_BUFFER.
+const ALLOCATED_RANGE_LEN: usize = 16;
 /// Most allocated ranges returned at once.
 const MAX_ALLOCATED_RANGES: usize = 4096;
 
@@ -104,6 +110,24 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
         FSCTL_SRV_COPYCHUNK | FSCTL_SRV_COPYCHUNK_WRITE => {
             super::copychunk::copychunk(conn, ctx, &req, max_out).await
         }
+        FSCTL_GET_COMPRESSION => {
+            super::open(conn, ctx, req.file_id)?;
+            if max_out < 2 {
+                return Err(status::INVALID_PARAMETER);
+            }
+            // COMPRESSION_FORMAT_NONE: files are never compressed.
+            Ok(reply(req.ctl_code, ctx.resolve(req.file_id), &[0, 0]))
+        }
+        FSCTL_SET_COMPRESSION => {
+            super::open(conn, ctx, req.file_id)?;
+            let format = Reader::new(req.input)
+                .u16()
+                .map_err(|_| status::INVALID_PARAMETER)?;
+            if format != 0 {
+                return Err(status::NOT_SUPPORTED);
+            }
+            Ok(reply(req.ctl_code, ctx.resolve(req.file_id), &[]))
+        }
         FSCTL_SET_SPARSE => {
             let open = super::open(conn, ctx, req.file_id)?;
             if open.access & (FILE_WRITE_DATA | FILE_APPEND_DATA | 0x100) == 0 {
@@ -120,9 +144,18 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
                 return Err(status::ACCESS_DENIED);
             }
             let f = file_of(open)?;
+            let lock_state = open
+                .share
+                .clone()
+                .map(|s| (s, open.inode, open.file_id.volatile));
             let mut r = Reader::new(req.input);
             let off = r.u64().map_err(|_| status::INVALID_PARAMETER)?;
             let end = r.u64().map_err(|_| status::INVALID_PARAMETER)?;
+            if let Some((s, inode, id)) = lock_state {
+                s.locks()
+                    .check_io(inode, id, off, end.saturating_sub(off), true)
+                    .map_err(|e| e.nt_status())?;
+            }
             if end < off {
                 return Err(status::INVALID_PARAMETER);
             }
@@ -131,12 +164,23 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
         }
         FSCTL_QUERY_ALLOCATED_RANGES => {
             let open = super::open(conn, ctx, req.file_id)?;
+            if open.access & FILE_READ_DATA == 0 {
+                return Err(status::ACCESS_DENIED);
+            }
             let f = file_of(open)?;
             let mut r = Reader::new(req.input);
             let off = r.u64().map_err(|_| status::INVALID_PARAMETER)?;
             let len = r.u64().map_err(|_| status::INVALID_PARAMETER)?;
-            let max = (max_out / 16).min(MAX_ALLOCATED_RANGES);
-            let (ranges, more) = blocking(move || f.allocated_ranges(off, len, max)).await?;
+            if off.checked_add(len).is_none() || i64::try_from(off.saturating_add(len)).is_err() {
+                return Err(status::INVALID_PARAMETER);
+            }
+
+            let max = (max_out / ALLOCATED_RANGE_LEN).min(MAX_ALLOCATED_RANGES);
+            let (ranges, more) = blocking(move || f.allocated_ranges(off, len, max.max(1))).await?;
+            if max == 0 && !ranges.is_empty() {
+                // Not even one FILE_ALLOCATED_RANGE_BUFFER fits.
+                return Err(status::BUFFER_TOO_SMALL);
+            }
             let mut out = Vec::with_capacity(ranges.len() * 16);
             for rg in &ranges {
                 out.put_u64(rg.offset);
