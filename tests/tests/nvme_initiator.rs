@@ -645,3 +645,42 @@ async fn nvme_resize_remove_and_host_revocation_reach_connected_hosts() -> anyho
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nvme_keep_alive_expiry_tears_the_controller_down() -> anyhow::Result<()> {
+    let p = QuarryProcess::start()?;
+    let nqn = "nqn.2026-11.io.quarry:kato";
+    provision(&p, "ka", 8 * MIB, nqn, None)?;
+    let mut o = Options::new(p.nvme, nqn);
+    o.kato_ms = 1000;
+    let mut c = Controller::connect(&o).await?;
+    // Traffic within KATO keeps it alive.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        check(
+            &c.admin_exec(Sqe::new(admin_opc::KEEP_ALIVE, 0), None, 0)
+                .await?,
+            "keep alive",
+        )?;
+    }
+    // Silence past KATO plus the target's grace period: torn down.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    ensure!(
+        c.admin_exec(Sqe::new(admin_opc::KEEP_ALIVE, 0), None, 0)
+            .await
+            .is_err(),
+        "admin queue survived keep-alive expiry"
+    );
+    ensure!(
+        c.read(0, 1, 0, 1, 4096).await.is_err(),
+        "I/O queue survived keep-alive expiry"
+    );
+    let (_, list) = p.admin()?.get("/api/v1/sessions")?;
+    ensure!(
+        !list
+            .as_array()
+            .is_some_and(|a| a.iter().any(|e| e["protocol"] == "nvme_tcp")),
+        "expired controller still listed: {list}"
+    );
+    Ok(())
+}

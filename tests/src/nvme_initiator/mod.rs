@@ -41,6 +41,8 @@ pub struct Options {
     pub io_queues: u16,
     /// Disable SQ flow control on the I/O queues (Connect CATTR bit 2).
     pub disable_sqflow: bool,
+    /// Keep-alive timeout requested at the admin Connect (ms, 0 = none).
+    pub kato_ms: u32,
 }
 
 impl Options {
@@ -54,6 +56,7 @@ impl Options {
             digests: Digests::NONE,
             io_queues: 1,
             disable_sqflow: false,
+            kato_ms: KATO_MS,
         }
     }
 }
@@ -92,7 +95,7 @@ impl Controller {
             .connect(
                 0,
                 QUEUE_ENTRIES - 1,
-                KATO_MS,
+                o.kato_ms,
                 0xffff,
                 &o.subnqn,
                 &o.hostnqn,
