@@ -30,7 +30,11 @@ fuzz_target!(|data: &[u8]| {
         }],
     };
     let target = Target::new(cfg, TargetIdentity::default(), None);
-    let listener = ListenerInfo { traddr: "127.0.0.1".into(), trsvcid: "4420".into(), ipv6: false };
+    let listener = ListenerInfo {
+        traddr: "127.0.0.1".into(),
+        trsvcid: "4420".into(),
+        ipv6: false,
+    };
     let mut q = Queue::new(target, listener, "fuzz".into());
     let mut rest = data;
     let mut now = 0u64;
