@@ -22,6 +22,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// A host that does not take our PDUs for this long is dropped (it also stalls its
 /// own queue's keep-alive checks while we wait).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Concurrent connections (queues) a listener serves; more are closed on accept.
+/// Bounds the memory idle or hostile connections can pin.
+pub const MAX_CONNECTIONS: usize = 4096;
 /// Initial receive buffer per connection.
 const RECV_BUF: usize = 64 * 1024;
 /// Bytes of an offending PDU echoed in a termination request.
@@ -37,6 +40,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let start = Instant::now();
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
@@ -49,11 +53,17 @@ pub async fn serve(
                 }
             },
         };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, limit = MAX_CONNECTIONS, "NVMe/TCP connection limit reached; closing");
+            drop(stream);
+            continue;
+        };
         let local = stream.local_addr().ok();
         let info = listener_info(local, advertised.as_deref());
         let target = target.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             if let Err(e) = connection(stream, target, info, peer, start, shutdown).await {
                 tracing::debug!(%peer, error = %e, "nvme connection ended with error");
             }
