@@ -130,6 +130,45 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     let write = access & (FILE_WRITE_DATA | FILE_APPEND_DATA) != 0 || truncates;
     let read = access & (FILE_READ_DATA | FILE_EXECUTE) != 0;
     let ro = read_only;
+    if truncates {
+        // Share modes are checked before anything is truncated: probe the existing file
+        // without the truncating disposition and test the new open against the table.
+        let probe_fs = fs.clone();
+        let probe_path = path.clone();
+        let existing = blocking(move || {
+            let r = vfs::CreateRequest {
+                path: &probe_path,
+                disposition: CreateDisposition::Open,
+                options: options & !FILE_DELETE_ON_CLOSE,
+                attributes,
+                write: false,
+                read: false,
+                allocation_size: 0,
+            };
+            match probe_fs.create(&r) {
+                Ok(o) => Ok(Some(o.info.file_id)),
+                Err(vfs::FsError::NotFound(_)) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .await;
+        if let Ok(Some(inode)) = existing {
+            let probe_id = new_file_id(conn).volatile;
+            let mut modes = share_state.modes();
+            modes
+                .try_open(
+                    inode,
+                    probe_id,
+                    OpenMode {
+                        access,
+                        share: req.share_access,
+                    },
+                    false,
+                )
+                .map_err(|e| e.nt_status())?;
+            let _ = modes.close(inode, probe_id);
+        }
+    }
     let opened = blocking(move || {
         let disp = if ro && disposition == CreateDisposition::OpenIf {
             CreateDisposition::Open
