@@ -121,8 +121,9 @@ pub async fn run_connection(
     result
 }
 
-/// Bounded queue of frames read ahead of processing.
-const FRAME_QUEUE: usize = 8;
+/// Frames read ahead of processing. Each may be up to `MAX_FRAME_LEN` (about 8 MiB), so this
+/// bounds a connection's buffered input to a few frames.
+const FRAME_QUEUE: usize = 2;
 
 type FrameRx = tokio::sync::mpsc::Receiver<Result<Option<Vec<u8>>, ConnError>>;
 
