@@ -70,6 +70,14 @@ pub enum AuthState {
     },
     /// Authenticated.
     Valid,
+    /// Authenticated, with a re-authentication exchange in progress: the session stays usable
+    /// and keeps its keys (MS-SMB2 3.3.5.5.3).
+    Reauth {
+        /// The NTLM exchange.
+        ntlm: Box<NtlmServer>,
+        /// Preauth hash of the exchange (not used for keys: they do not change).
+        preauth: PreauthHash,
+    },
     /// Logged off / expired: any further use gets USER_SESSION_DELETED.
     Expired,
 }
@@ -132,7 +140,7 @@ impl Session {
 
     /// True once authenticated.
     pub fn is_valid(&self) -> bool {
-        matches!(self.auth, AuthState::Valid)
+        matches!(self.auth, AuthState::Valid | AuthState::Reauth { .. })
     }
 
     /// Next unique 16-byte nonce for sealing (a counter; unique per key).
