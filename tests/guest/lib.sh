@@ -140,7 +140,9 @@ guest_start_smbd() {
 CONF
     printf '%s\n%s\n' "$pass" "$pass" | smbpasswd -c "$d/smb.conf" -s -a "$user" >/dev/null ||
         guest_die "smbpasswd -a $user failed"
-    smbd -F --no-process-group -s "$d/smb.conf" -d 1 --debug-stdout >"$d/smbd.out" 2>&1 &
+    # Own process group (no --no-process-group): smbd signals its whole group
+    # when it stops, which would otherwise take the calling scripts with it.
+    smbd -F -s "$d/smb.conf" -d 1 --debug-stdout >"$d/smbd.out" 2>&1 &
     GUEST_SMBD_PID=$!
     until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
         i=$((i + 1))
