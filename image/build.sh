@@ -13,7 +13,8 @@
 #                              (default: a development key kept in the cache)
 #
 # Output in $QUARRY_IMAGE_OUT: quarry.raw (GPT disk), quarry.raw.zst,
-# root.erofs (the root slot image), timings.txt, image.json.
+# root.erofs (the root slot image), quarry-VERSION.bundle (signed update
+# bundle of that root), timings.txt, image.json.
 set -euo pipefail
 
 IMAGE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -112,12 +113,10 @@ assemble_rootfs() {
     cp -a "$IMAGE_DIR/rootfs/." "$ROOTFS/"
     # Debug info stays on the build host (the release profile keeps it): the
     # image gets a stripped copy.
-    if command -v strip >/dev/null; then
-        strip --strip-debug -o "$ROOTFS/usr/bin/quarry" "$QUARRY_BIN"
-        chmod 0755 "$ROOTFS/usr/bin/quarry"
-    else
+    if ! strip --strip-debug -o "$ROOTFS/usr/bin/quarry" "$QUARRY_BIN" 2>/dev/null; then
         install -m 0755 "$QUARRY_BIN" "$ROOTFS/usr/bin/quarry"
     fi
+    chmod 0755 "$ROOTFS/usr/bin/quarry"
     mkdir -p "$ROOTFS/usr/share/doc/quarry" "$ROOTFS/usr/share/quarry" "$ROOTFS/var/lib/quarry"
     install -m 0644 "$IMAGE_DIR/README.md" "$ROOTFS/usr/share/doc/quarry/README.md"
     printf '%s\n' "$PUBKEY_HEX" >"$ROOTFS/usr/share/quarry/update-signing-key.ed25519.hex"
@@ -152,6 +151,32 @@ make_root() {
     [ "$size" -le $((SLOT_MIB * 1024 * 1024)) ] || die "root image ($size bytes) exceeds the ${SLOT_MIB} MiB slot"
 }
 step "mkfs.erofs root" make_root
+
+# --- signed update bundle (format: appliance/src/system/bundle.rs) -------------------
+make_bundle() {
+    local root=$WORK/root.erofs size sha manifest
+    size=$(stat -c %s "$root")
+    sha=$(sha256sum "$root" | cut -d' ' -f1)
+    manifest=$(printf '{"format":1,"version":"%s","kernel":"%s","root_size":%s,"root_sha256":"%s"}' \
+        "$VERSION" "$KVER" "$size" "$sha")
+    printf '%s' "$manifest" >"$WORK/manifest.json"
+    { printf 'quarry-bundle-v1\0'; cat "$WORK/manifest.json"; } >"$WORK/signed.bin"
+    openssl pkeyutl -sign -inkey "$SIGNING_KEY" -keyform DER -rawin -in "$WORK/signed.bin" -out "$WORK/sig.bin"
+    [ "$(stat -c %s "$WORK/sig.bin")" -eq 64 ] || die "Ed25519 signature is not 64 bytes"
+    {
+        printf 'QRYBNDL1'
+        perl -e 'print pack("V", $ARGV[0])' "$(stat -c %s "$WORK/manifest.json")"
+        cat "$WORK/manifest.json" "$WORK/sig.bin" "$root"
+    } >"$1"
+}
+if [ "${QUARRY_IMAGE_BUNDLE_ONLY:-0}" = 1 ]; then
+    # Only the signed update bundle (tests that need a second version).
+    step "update bundle" make_bundle "$OUT/quarry-$VERSION.bundle"
+    rm -rf "$WORK"
+    mv "$TIMINGS_FILE" "$OUT/timings.txt"
+    log "done: $OUT/quarry-$VERSION.bundle"
+    exit 0
+fi
 
 new_uuid() { cat /proc/sys/kernel/random/uuid; }
 DISK_UUID=$(new_uuid)
@@ -192,7 +217,8 @@ step "ESP (vfat + mtools)" make_esp
 
 make_data() {
     mkdir -p "$WORK/data-skel/log"
-    mkfs.ext4 -q -L quarry-data -U "$UUID_DATA" -d "$WORK/data-skel" "$WORK/data.img" "${DATA_MIB}M"
+    truncate -s "${DATA_MIB}M" "$WORK/data.img"
+    mkfs.ext4 -q -L quarry-data -U "$UUID_DATA" -d "$WORK/data-skel" "$WORK/data.img"
 }
 step "data partition (ext4)" make_data
 
@@ -227,9 +253,13 @@ compress() {
 }
 step "zstd" compress
 
+step "update bundle" make_bundle "$WORK/quarry.bundle"
+
 # --- publish ------------------------------------------------------------------------
 publish() {
+    rm -f "$OUT"/quarry-*.bundle
     mv -f "$WORK/quarry.raw" "$WORK/quarry.raw.zst" "$WORK/root.erofs" "$OUT/"
+    mv -f "$WORK/quarry.bundle" "$OUT/quarry-$VERSION.bundle"
     cp "$ROOTFS/boot/vmlinuz-$KVER" "$OUT/vmlinuz"
     cp "$ROOTFS/boot/initrd.img-$KVER" "$OUT/initrd.img"
     cat >"$OUT/image.json" <<EOF
@@ -241,6 +271,7 @@ publish() {
   "root_erofs_bytes": $(stat -c %s "$OUT/root.erofs"),
   "raw_bytes": $(stat -c %s "$OUT/quarry.raw"),
   "raw_zst_bytes": $(stat -c %s "$OUT/quarry.raw.zst"),
+  "bundle": "quarry-$VERSION.bundle",
   "partuuid": { "esp": "$UUID_ESP", "a": "$UUID_A", "b": "$UUID_B", "data": "$UUID_DATA" },
   "update_signing_key_ed25519": "$PUBKEY_HEX"
 }

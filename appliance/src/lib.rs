@@ -15,3 +15,4 @@ pub mod serve;
 pub mod sessions;
 pub mod smb_service;
 pub mod state;
+pub mod system;

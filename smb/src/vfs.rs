@@ -40,6 +40,11 @@ pub mod nt {
 /// do not change" where the protocol says so.
 pub type FileTime = u64;
 
+/// FILETIME -1 in a SET_INFO: stop updating this time for this open (MS-FSA 2.1.5.14.2).
+pub const FILETIME_FREEZE: FileTime = u64::MAX;
+/// FILETIME -2 in a SET_INFO: resume updating this time for this open.
+pub const FILETIME_THAW: FileTime = u64::MAX - 1;
+
 /// Seconds between 1601-01-01 and 1970-01-01.
 pub const FILETIME_UNIX_EPOCH_SECS: u64 = 11_644_473_600;
 /// FILETIME ticks (100 ns) per second.
@@ -230,7 +235,9 @@ impl fmt::Debug for Opened {
 }
 
 /// Times and attributes to change (FileBasicInformation). `None` leaves a field unchanged
-/// (the server maps the wire's 0 and -1 to `None`).
+/// (the wire's 0). A time may also be [`FILETIME_FREEZE`] or [`FILETIME_THAW`] (the wire's
+/// -1 and -2): the POSIX implementation honours them for the last write time and ignores
+/// them elsewhere; values above `i64::MAX` never become timestamps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BasicInfoChange {
     /// New CreationTime.
@@ -323,6 +330,12 @@ pub trait FsFile: Send + Sync {
     /// Zeroes `[offset, offset+length)` inside the file, deallocating where possible
     /// (FSCTL_SET_ZERO_DATA: punch hole). Does not change the end of file.
     fn zero_data(&self, offset: u64, length: u64) -> Result<(), FsError>;
+    /// CLOSE: completes what the open deferred (a delayed write-time update) so that the
+    /// attributes the server then reports are final. The server calls it once, before its
+    /// post-close query; dropping an open without it does the same, best effort.
+    fn close(&self) -> Result<(), FsError> {
+        Ok(())
+    }
     /// Allocated ranges within `[offset, offset+length)`, at most `max_ranges` of them
     /// (FSCTL_QUERY_ALLOCATED_RANGES, via SEEK_DATA/SEEK_HOLE). Returns the ranges and whether
     /// more were left out.

@@ -94,8 +94,16 @@ impl fmt::Display for GuestError {
 
 impl std::error::Error for GuestError {}
 
-/// Path of run.sh, found from this file's location in the repository.
+/// Environment variable that overrides where run.sh is.
+pub const RUN_SCRIPT_ENV: &str = "QUARRY_GUEST_RUN";
+
+/// Path of run.sh: `$QUARRY_GUEST_RUN` if set, otherwise `tests/guest/run.sh`
+/// beside the including crate (every workspace member sits one level below
+/// the repository root).
 pub fn run_script() -> PathBuf {
+    if let Some(p) = std::env::var_os(RUN_SCRIPT_ENV) {
+        return PathBuf::from(p);
+    }
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
         .join("tests")

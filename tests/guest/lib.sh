@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared host-side helpers for the guest lab (sourced by build.sh, run.sh and
 # reference.sh; bash). Everything the lab needs from the host is named here so a
 # fresh CI machine can be prepared with one call: `guest_ensure_host_prereqs`.
@@ -25,6 +26,8 @@ GUEST_HOST_PREREQS=(
     "sha256sum:coreutils"
     "timeout:coreutils"
     "zstd:zstd"
+    "flock:util-linux"
+    "python3:python3-minimal"
 )
 GUEST_REFERENCE_PREREQS=(
     "smbd:samba"
@@ -137,7 +140,9 @@ guest_start_smbd() {
 CONF
     printf '%s\n%s\n' "$pass" "$pass" | smbpasswd -c "$d/smb.conf" -s -a "$user" >/dev/null ||
         guest_die "smbpasswd -a $user failed"
-    smbd -F --no-process-group -s "$d/smb.conf" -d 1 --debug-stdout >"$d/smbd.out" 2>&1 &
+    # Own process group (no --no-process-group): smbd signals its whole group
+    # when it stops, which would otherwise take the calling scripts with it.
+    smbd -F -s "$d/smb.conf" -d 1 --debug-stdout >"$d/smbd.out" 2>&1 &
     GUEST_SMBD_PID=$!
     until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
         i=$((i + 1))

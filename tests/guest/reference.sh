@@ -2,7 +2,8 @@
 # Reference run of the guest lab against real peers that exist today, proving
 # the harness and the check scripts before they are pointed at Quarry:
 #   cifs      -> a private Samba smbd on a host loopback port (10.0.2.2 from
-#                the guest), mounted with vers=3.1.1,seal and vers=3.0
+#                the guest), mounted with vers=3.1.1,seal and vers=3.0; df in
+#                the guest must equal the share file system's size on the host
 #   nvme_tcp  -> the Linux kernel's nvmet-tcp target set up inside the same
 #                guest (nvmet_ref), plain and with header+data digests,
 #                namespace hot-add and a refused host NQN
@@ -24,14 +25,15 @@ REF_DENIED_HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000
 
 only=""
 with_rdma=0
+passthrough=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --only) only="${2:?}"; shift 2 ;;
     --with-rdma) with_rdma=1; shift ;;
-    *) break ;;
+    *) passthrough+=("$1"); shift ;;
     esac
 done
-[ "$only" = rdma ] && with_rdma=1
+if [ "$only" = rdma ]; then with_rdma=1; fi
 
 guest_ensure_reference_prereqs
 
@@ -46,7 +48,8 @@ if [ -z "$only" ] || [ "$only" = cifs ]; then
     checks+=(cifs)
     args+=(--param SMB_ADDR=10.0.2.2 --param "SMB_PORT=$smb_port" --param "SMB_SHARE=$REF_SMB_SHARE"
         --param "SMB_USER=$REF_SMB_USER" --param "SMB_PASS=$REF_SMB_PASS"
-        --param "SMB_MOUNTS=vers=3.1.1,seal vers=3.0")
+        --param "SMB_MOUNTS=vers=3.1.1,seal vers=3.0"
+        --param "SMB_EXPECT_SIZE_KIB=$(df -k --output=size "$sdir/share" | tail -n 1 | tr -d ' ')")
 fi
 if [ -z "$only" ] || [ "$only" = nvme ] || [ "$only" = rdma ]; then
     checks+=(nvmet_ref)
@@ -54,12 +57,12 @@ if [ -z "$only" ] || [ "$only" = nvme ] || [ "$only" = rdma ]; then
     args+=(--param NVME_ADDR=127.0.0.1 --param NVME_PORT=4420 --param "NVME_NQN=$REF_NQN"
         --param "NVME_NS_ADD_CMD=sh /checks/nvmet_ref.sh add-ns 2"
         --param "NVME_DENIED_HOSTNQN=$REF_DENIED_HOSTNQN")
-    [ "$with_rdma" -eq 1 ] && checks+=(rdma_ref nvme_rdma)
+    if [ "$with_rdma" -eq 1 ]; then checks+=(rdma_ref nvme_rdma); fi
 fi
 [ "${#checks[@]}" -gt 0 ] || guest_die "--only takes cifs, nvme or rdma"
 
 set +e
-"$GUEST_DIR/run.sh" --checks "$(IFS=,; echo "${checks[*]}")" "${args[@]}" "$@"
+"$GUEST_DIR/run.sh" --checks "$(IFS=,; echo "${checks[*]}")" "${args[@]}" "${passthrough[@]+"${passthrough[@]}"}"
 rc=$?
 set -e
 

@@ -8,7 +8,7 @@
 #
 # Options:
 #   --checks LIST      comma-separated check sets, run in this order
-#                      (cifs, nvmet_ref, nvme_tcp, rdma_smoke, ...)
+#                      (smoke, cifs, nvmet_ref, nvme_tcp, rdma_ref, nvme_rdma)
 #   --param K=V        parameter exported to the check scripts (repeatable);
 #                      see tests/guest/README.md for each set's parameters
 #   --params-file F    file of K=V lines (same as several --param)
@@ -79,7 +79,11 @@ done
 
 image="$("$GUEST_DIR/build.sh")" || guest_die "build.sh failed"
 
+# Console logs kept under .cache/guest/runs (oldest pruned first).
+RUN_KEEP_LOGS=40
 if [ -z "$log" ]; then
+    # shellcheck disable=SC2012
+    ls -1d "$GUEST_CACHE_ROOT"/runs/*/ 2>/dev/null | head -n "-$RUN_KEEP_LOGS" | xargs -r rm -rf
     rundir="$GUEST_CACHE_ROOT/runs/$(date -u +%Y%m%dT%H%M%S)-$$"
     mkdir -p "$rundir"
     log="$rundir/console.log"

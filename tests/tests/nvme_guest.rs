@@ -6,9 +6,11 @@
 //! while connected, and a host NQN outside the allow list refused.
 //!
 //! Needs qemu and the guest lab cache (minutes under TCG), so it is `#[ignore]`d:
-//! `cargo test -p quarry-tests --test nvme_guest -- --ignored --nocapture`.
+//! `cargo test -p quarry-tests --test nvme_guest nvme_linux -- --ignored --nocapture`
+//! (the name filter skips the harness's own smoke boot, which `--ignored` would also run).
 
-use std::process::Command;
+#[path = "../guest/harness.rs"]
+mod guest;
 
 use anyhow::{ensure, Context};
 use quarry_tests::QuarryProcess;
@@ -18,7 +20,7 @@ const NQN: &str = "nqn.2026-11.io.quarry:guest";
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:0a0b0c0d-1111-2222-3333-444455556666";
 const DENIED: &str = "nqn.2014-08.org.nvmexpress:uuid:deadbeef-1111-2222-3333-444455556666";
 /// Whole guest run limit (boot + both digest modes + fio) under TCG.
-const GUEST_TIMEOUT_SECS: &str = "2400";
+const GUEST_TIMEOUT_SECS: u64 = 2400;
 
 #[test]
 #[ignore = "boots a qemu TCG guest (minutes); run with --ignored"]
@@ -48,36 +50,21 @@ fn nvme_linux_kernel_initiator_acceptance() -> anyhow::Result<()> {
          --post-data '{{\"volume\":\"guest2\"}}' http://10.0.2.2:{}/api/v1/nvme/subsystems/{NQN}/namespaces",
         p.http.port()
     );
-    let dir = tempfile::tempdir()?;
-    let params = dir.path().join("params");
-    std::fs::write(
-        &params,
-        format!(
-            "NVME_ADDR=10.0.2.2\nNVME_PORT={}\nNVME_NQN={NQN}\nNVME_HOSTNQN={HOSTNQN}\n\
-             NVME_DENIED_HOSTNQN={DENIED}\nNVME_NS_ADD_CMD={ns_add}\n",
-            p.nvme.port()
-        ),
-    )?;
-    let run = concat!(env!("CARGO_MANIFEST_DIR"), "/guest/run.sh");
-    let out = Command::new(run)
-        .args([
-            "--checks",
-            "nvme_tcp",
-            "--quiet",
-            "--timeout",
-            GUEST_TIMEOUT_SECS,
-        ])
-        .arg("--params-file")
-        .arg(&params)
-        .output()
-        .context("running tests/guest/run.sh")?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
+    let run = guest::GuestRun::new(&["nvme_tcp"])
+        .param("NVME_ADDR", guest::HOST_FROM_GUEST)
+        .param("NVME_PORT", &p.nvme.port().to_string())
+        .param("NVME_NQN", NQN)
+        .param("NVME_HOSTNQN", HOSTNQN)
+        .param("NVME_DENIED_HOSTNQN", DENIED)
+        .param("NVME_NS_ADD_CMD", &ns_add)
+        .timeout_secs(GUEST_TIMEOUT_SECS)
+        .run()
+        .map_err(|e| anyhow::anyhow!("guest run: {e:?}"))?;
+    println!("{}", run.summary());
     ensure!(
-        out.status.success(),
-        "guest checks failed ({}):\n{stdout}\n{}\nquarry log:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
+        run.passed(),
+        "guest checks failed:\n{}\nquarry log:\n{}",
+        run.summary(),
         p.log_text()
     );
     // The acceptance checks this issue names must all have run and passed.
@@ -99,8 +86,9 @@ fn nvme_linux_kernel_initiator_acceptance() -> anyhow::Result<()> {
         "nvme_tcp.denied_host",
     ] {
         ensure!(
-            stdout.contains(&format!("GUEST-CHECK {check} PASS")),
-            "{check} did not pass:\n{stdout}"
+            run.check(check).is_some_and(|c| c.passed),
+            "{check} did not pass:\n{}",
+            run.summary()
         );
     }
     Ok(())

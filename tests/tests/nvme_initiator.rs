@@ -498,3 +498,189 @@ async fn nvme_controller_listed_in_sessions_and_admin_disconnect_drops_it() -> a
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nvme_sq_flow_control_disabled_reads_complete_by_success_flag() -> anyhow::Result<()> {
+    let p = QuarryProcess::start()?;
+    let nqn = "nqn.2026-11.io.quarry:sqflow";
+    provision(&p, "sf", 8 * MIB, nqn, None)?;
+    let mut o = Options::new(p.nvme, nqn);
+    o.disable_sqflow = true;
+    o.digests = BOTH;
+    let mut c = Controller::connect(&o).await?;
+    let data = pattern(3, 3, 128 * 1024);
+    check(
+        &c.write(0, 1, 10, data.clone(), 4096, false).await?,
+        "write",
+    )?;
+    // The initiator synthesises the CQE from the SUCCESS flag (sqhd 0, status 0);
+    // a CapsuleResp from the target would carry SQHD 0xffff in this mode.
+    let sqe = rw_sqe(io_opc::READ, 1, 10, 32, false);
+    let r = c.io[0]
+        .exec(Command {
+            sqe,
+            write: None,
+            read_len: 128 * 1024,
+        })
+        .await?;
+    check(&r, "read")?;
+    ensure!(r.data == data, "read back differs");
+    ensure!(
+        r.cqe.sqhd == 0,
+        "read completed by a CapsuleResp, not the SUCCESS flag"
+    );
+    Ok(())
+}
+
+/// Submits an AER, runs `change` (a blocking REST call) on a thread after a short
+/// delay, and returns the AER's DW0.
+async fn aer_around(
+    c: &mut Controller,
+    change: impl FnOnce() -> anyhow::Result<()> + Send + 'static,
+) -> anyhow::Result<u32> {
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        change()
+    });
+    let aer = c
+        .admin_exec(Sqe::new(admin_opc::ASYNC_EVENT_REQUEST, 0), None, 0)
+        .await?;
+    t.join()
+        .map_err(|_| anyhow::anyhow!("change thread panicked"))??;
+    check(&aer, "AER")?;
+    // Reading the changed list re-arms namespace notices.
+    c.log_page(0x04, 0, 4096).await?;
+    Ok(aer.cqe.dw0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nvme_resize_remove_and_host_revocation_reach_connected_hosts() -> anyhow::Result<()> {
+    let p = QuarryProcess::start()?;
+    let nqn = "nqn.2026-11.io.quarry:changes";
+    provision(&p, "ch1", 8 * MIB, nqn, None)?;
+    let api = p.admin()?;
+    let (s, b) = api.post(
+        "/api/v1/volumes",
+        &json!({"name": "ch2", "size_bytes": 8 * MIB}),
+    )?;
+    ensure!(s < 300, "{s} {b}");
+    add_namespace(&p, nqn, "ch2")?;
+    let mut c = Controller::connect(&Options::new(p.nvme, nqn)).await?;
+    ensure!(c.namespaces().await? == vec![1, 2]);
+    let mut sf = Sqe::new(admin_opc::SET_FEATURES, 0);
+    sf.set_cdw(10, u32::from(fid::ASYNC_EVENT));
+    sf.set_cdw(11, 1 << 8);
+    check(
+        &c.admin_exec(sf, None, 0).await?,
+        "enable namespace notices",
+    )?;
+    let (http, token) = (p.url(), api.token().map(str::to_string));
+
+    // Grow volume ch1: namespace 1 changes size.
+    let (h, t) = (http.clone(), token.clone());
+    let dw0 = aer_around(&mut c, move || {
+        let (s, b) = quarry_tests::Api::at(&h, t)
+            .patch("/api/v1/volumes/ch1", &json!({"size_bytes": 16 * MIB}))?;
+        ensure!(s < 300, "resize: {s} {b}");
+        Ok(())
+    })
+    .await?;
+    ensure!(dw0 == 0x0004_0002, "resize AER {dw0:#x}");
+    ensure!(
+        c.namespace_size(1).await?.0 == 16 * MIB / 4096,
+        "new size not reported"
+    );
+    let tail = rw_sqe(io_opc::WRITE, 1, 16 * MIB / 4096 - 1, 1, false);
+    let r = c.io[0]
+        .exec(Command {
+            sqe: tail,
+            write: Some(pattern(1, 1, 4096)),
+            read_len: 0,
+        })
+        .await?;
+    check(&r, "write to the grown tail")?;
+
+    // Remove namespace 2: notice, list shrinks, I/O to it is refused.
+    let (h, t) = (http.clone(), token.clone());
+    let dw0 = aer_around(&mut c, move || {
+        let (s, b) = quarry_tests::Api::at(&h, t)
+            .delete(&format!("/api/v1/nvme/subsystems/{nqn}/namespaces/2"))?;
+        ensure!(s < 300, "remove: {s} {b}");
+        Ok(())
+    })
+    .await?;
+    ensure!(dw0 == 0x0004_0002, "remove AER {dw0:#x}");
+    ensure!(
+        c.namespaces().await? == vec![1],
+        "namespace list after removal"
+    );
+    let r = c.io[0]
+        .exec(Command {
+            sqe: rw_sqe(io_opc::READ, 2, 0, 1, false),
+            write: None,
+            read_len: 4096,
+        })
+        .await?;
+    ensure!(
+        status(&r) == Status::generic(sc::INVALID_NS),
+        "I/O to removed namespace: {:?}",
+        status(&r)
+    );
+
+    // Revoke the host: the controller is torn down.
+    let (s, b) = api.patch(
+        &format!("/api/v1/nvme/subsystems/{nqn}"),
+        &json!({"allow_any_host": false, "hosts": ["nqn.2014-08.io.quarry:someone-else"]}),
+    )?;
+    ensure!(s < 300, "revoke: {s} {b}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure!(
+        c.read(0, 1, 0, 1, 4096).await.is_err(),
+        "revoked host still served"
+    );
+    let again = Controller::connect_admin(&Options::new(p.nvme, nqn)).await?;
+    ensure!(
+        matches!(again, Err(cqe) if cqe.status() == Status::specific(sc::CONNECT_INVALID_HOST)),
+        "revoked host reconnected"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nvme_keep_alive_expiry_tears_the_controller_down() -> anyhow::Result<()> {
+    let p = QuarryProcess::start()?;
+    let nqn = "nqn.2026-11.io.quarry:kato";
+    provision(&p, "ka", 8 * MIB, nqn, None)?;
+    let mut o = Options::new(p.nvme, nqn);
+    o.kato_ms = 1000;
+    let mut c = Controller::connect(&o).await?;
+    // Traffic within KATO keeps it alive.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        check(
+            &c.admin_exec(Sqe::new(admin_opc::KEEP_ALIVE, 0), None, 0)
+                .await?,
+            "keep alive",
+        )?;
+    }
+    // Silence past KATO plus the target's grace period: torn down.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    ensure!(
+        c.admin_exec(Sqe::new(admin_opc::KEEP_ALIVE, 0), None, 0)
+            .await
+            .is_err(),
+        "admin queue survived keep-alive expiry"
+    );
+    ensure!(
+        c.read(0, 1, 0, 1, 4096).await.is_err(),
+        "I/O queue survived keep-alive expiry"
+    );
+    let (_, list) = p.admin()?.get("/api/v1/sessions")?;
+    ensure!(
+        !list
+            .as_array()
+            .is_some_and(|a| a.iter().any(|e| e["protocol"] == "nvme_tcp")),
+        "expired controller still listed: {list}"
+    );
+    Ok(())
+}

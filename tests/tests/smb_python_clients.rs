@@ -169,3 +169,45 @@ fn impacket_smb1_upgrade_and_311() {
         "{out}"
     );
 }
+
+/// Two opens of one file: a conflicting share mode is refused with SHARING_VIOLATION, and a
+/// refused truncating open (OVERWRITE_IF) must not have truncated anything.
+const SMBPROTOCOL_SHARING: &str = r#"
+import os, uuid
+from smbprotocol.connection import Connection
+from smbprotocol.session import Session
+from smbprotocol.tree import TreeConnect
+from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes
+from smbprotocol.exceptions import SMBResponseException
+port = int(os.environ["PORT"])
+conn = Connection(uuid.uuid4(), "127.0.0.1", port); conn.connect()
+sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"]); sess.connect()
+tree = TreeConnect(sess, r"\\127.0.0.1\data"); tree.connect()
+def op(disp, share):
+    o = Open(tree, "shared.bin")
+    o.create(ImpersonationLevel.Impersonation, FilePipePrinterAccessMask.GENERIC_READ | FilePipePrinterAccessMask.GENERIC_WRITE,
+             FileAttributes.FILE_ATTRIBUTE_NORMAL, share, disp, CreateOptions.FILE_NON_DIRECTORY_FILE)
+    return o
+a = op(CreateDisposition.FILE_OVERWRITE_IF, 0)
+a.write(b"precious", 0)
+for disp in (CreateDisposition.FILE_OVERWRITE_IF, CreateDisposition.FILE_OPEN, CreateDisposition.FILE_SUPERSEDE):
+    try:
+        op(disp, ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE)
+        raise SystemExit("second open allowed")
+    except SMBResponseException as e:
+        assert e.status == 0xC0000043, hex(e.status)
+assert a.read(0, 8) == b"precious", "data lost by a refused open"
+a.close()
+b = op(CreateDisposition.FILE_OPEN, ShareAccess.FILE_SHARE_READ)
+assert b.read(0, 8) == b"precious"
+b.close()
+tree.disconnect(); sess.disconnect(); conn.disconnect()
+print("OK")
+"#;
+
+#[test]
+fn smbprotocol_sharing_violation_keeps_data() {
+    let q = setup();
+    let out = python(&q, SMBPROTOCOL_SHARING);
+    assert!(out.contains("OK"), "{out}");
+}

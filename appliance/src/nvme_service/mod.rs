@@ -1,7 +1,9 @@
 //! The NVMe/TCP front end wired to the appliance: volumes from the pool become
 //! namespaces, subsystems and allowed hosts come from the config DB, and every
 //! `ConfigChange::{Volumes, Subsystems}` swaps in a new snapshot (raising Namespace
-//! Attribute Changed notices on connected controllers).
+//! Attribute Changed notices on connected controllers). The transport also asks the
+//! DB for news before every admin Connect, so a host connecting right after an API
+//! call returns sees its effect.
 
 mod device;
 mod sessions;
@@ -11,12 +13,14 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use quarry_nvmeof::target::{
-    IoCounters, NamespaceConfig, SubsystemConfig, Target, TargetConfig, TargetIdentity,
+    ConfigSource, IoCounters, NamespaceConfig, SubsystemConfig, Target, TargetConfig,
+    TargetIdentity,
 };
 use tokio::net::TcpListener;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
+use crate::db::model::Subsystem;
 use crate::state::{AppState, ConfigChange};
 use device::FileDevice;
 
@@ -31,20 +35,66 @@ struct VolumeCache {
     open: HashMap<String, (Arc<FileDevice>, Arc<IoCounters>)>,
 }
 
+/// What the last configuration was built from: reloads that find the same rows do
+/// nothing.
+type Fingerprint = (Vec<Subsystem>, Vec<(String, u64)>);
+
+/// The config DB as the target's [`ConfigSource`]: consulted on every change
+/// notification and before every admin Connect.
+struct DbSource {
+    state: AppState,
+    inner: Mutex<(VolumeCache, Option<Fingerprint>)>,
+}
+
+impl ConfigSource for DbSource {
+    fn load_if_changed(&self) -> Result<Option<TargetConfig>, String> {
+        let subsystems = self
+            .state
+            .db
+            .subsystems()
+            .map_err(|e| format!("reading NVMe subsystems: {e:#}"))?;
+        let mut volumes: Vec<(String, u64)> = self
+            .state
+            .db
+            .volumes()
+            .map_err(|e| format!("reading volumes: {e:#}"))?
+            .into_iter()
+            .map(|v| (v.name.to_lowercase(), v.size_bytes))
+            .collect();
+        volumes.sort();
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let fp = (subsystems, volumes);
+        if inner.1.as_ref() == Some(&fp) {
+            return Ok(None);
+        }
+        let cfg = build_config(&self.state, &mut inner.0, &fp.0, &fp.1);
+        inner.1 = Some(fp);
+        Ok(Some(cfg))
+    }
+}
+
 /// Serves NVMe/TCP on `listener` until `shutdown` is cancelled.
 pub async fn run(
     listener: TcpListener,
     state: AppState,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let cache = Arc::new(Mutex::new(VolumeCache::default()));
     let mut changes = state.changes.subscribe();
-    let initial = load(&state, &cache).await?;
+    let source = Arc::new(DbSource {
+        state: state.clone(),
+        inner: Mutex::new((VolumeCache::default(), None)),
+    });
+    let first = source.clone();
+    let initial = tokio::task::spawn_blocking(move || first.load_if_changed())
+        .await
+        .context("config loader panicked")?
+        .map_err(anyhow::Error::msg)?
+        .unwrap_or_default();
     let hooks = Arc::new(sessions::Hooks::new(state.sessions.clone()));
     let target = Target::new(initial, TargetIdentity::default(), Some(hooks));
+    target.set_source(source);
 
     let reload_target = target.clone();
-    let reload_state = state.clone();
     let reload_shutdown = shutdown.clone();
     tokio::spawn(async move {
         loop {
@@ -58,11 +108,13 @@ pub async fn run(
                 Ok(_) => continue,
                 Err(RecvError::Closed) => return,
             }
-            match load(&reload_state, &cache).await {
-                Ok(cfg) => reload_target.update_config(cfg),
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "NVMe config reload failed; keeping the previous one")
+            let t = reload_target.clone();
+            match tokio::task::spawn_blocking(move || t.refresh()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "NVMe config reload failed; keeping the previous one")
                 }
+                Err(e) => tracing::warn!(error = %e, "NVMe config reload task failed"),
             }
         }
     });
@@ -72,33 +124,21 @@ pub async fn run(
         .context("NVMe/TCP listener failed")
 }
 
-/// Reads subsystems and volumes from the DB (on the blocking pool) and opens the
-/// volume files they name.
-async fn load(state: &AppState, cache: &Arc<Mutex<VolumeCache>>) -> anyhow::Result<TargetConfig> {
-    let state = state.clone();
-    let cache = cache.clone();
-    tokio::task::spawn_blocking(move || build_config(&state, &cache))
-        .await
-        .context("config loader panicked")?
-}
-
-fn build_config(state: &AppState, cache: &Mutex<VolumeCache>) -> anyhow::Result<TargetConfig> {
-    let subsystems = state.db.subsystems().context("reading NVMe subsystems")?;
-    let volumes: HashMap<String, u64> = state
-        .db
-        .volumes()
-        .context("reading volumes")?
-        .into_iter()
-        .map(|v| (v.name.to_lowercase(), v.size_bytes))
-        .collect();
-    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+/// Builds the target configuration from DB rows, opening the volume files they name.
+fn build_config(
+    state: &AppState,
+    cache: &mut VolumeCache,
+    subsystems: &[Subsystem],
+    volumes: &[(String, u64)],
+) -> TargetConfig {
+    let volumes: HashMap<&str, u64> = volumes.iter().map(|(n, s)| (n.as_str(), *s)).collect();
     let mut used = Vec::new();
     let mut out = Vec::new();
     for s in subsystems {
         let mut namespaces = Vec::new();
         for ns in &s.namespaces {
             let key = ns.volume.to_lowercase();
-            let Some(&size) = volumes.get(&key) else {
+            let Some(&size) = volumes.get(key.as_str()) else {
                 tracing::warn!(nqn = %s.nqn, volume = %ns.volume, "namespace names a missing volume; skipped");
                 continue;
             };
@@ -111,6 +151,7 @@ fn build_config(state: &AppState, cache: &Mutex<VolumeCache>) -> anyhow::Result<
                     let path = state.pool.volume_path(&ns.volume);
                     match FileDevice::open(&path, size) {
                         Ok(d) => {
+                            tracing::info!(volume = %ns.volume, direct = d.is_direct(), "volume opened for NVMe");
                             let e = (Arc::new(d), Arc::new(IoCounters::default()));
                             cache.open.insert(key.clone(), e.clone());
                             e
@@ -127,20 +168,21 @@ fn build_config(state: &AppState, cache: &Mutex<VolumeCache>) -> anyhow::Result<
                 nsid: ns.nsid,
                 uuid: *ns.uuid.as_bytes(),
                 lba_shift: LBA_SHIFT,
+                size_bytes: size,
                 device: entry.0,
                 counters: entry.1,
                 label: ns.volume.clone(),
             });
         }
         out.push(SubsystemConfig {
-            nqn: s.nqn,
-            serial: s.serial,
+            nqn: s.nqn.clone(),
+            serial: s.serial.clone(),
             allow_any_host: s.allow_any_host,
-            hosts: s.hosts,
+            hosts: s.hosts.clone(),
             namespaces,
         });
     }
     // Close files of volumes no namespace uses any more.
     cache.open.retain(|k, _| used.contains(k));
-    Ok(TargetConfig { subsystems: out })
+    TargetConfig { subsystems: out }
 }

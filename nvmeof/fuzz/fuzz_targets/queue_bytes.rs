@@ -22,6 +22,7 @@ fuzz_target!(|data: &[u8]| {
                 nsid: 1,
                 uuid: [1; 16],
                 lba_shift: 12,
+                size_bytes: 1 << 20,
                 device: dev,
                 counters: Arc::new(IoCounters::default()),
                 label: "fuzz".into(),
@@ -29,7 +30,11 @@ fuzz_target!(|data: &[u8]| {
         }],
     };
     let target = Target::new(cfg, TargetIdentity::default(), None);
-    let listener = ListenerInfo { traddr: "127.0.0.1".into(), trsvcid: "4420".into(), ipv6: false };
+    let listener = ListenerInfo {
+        traddr: "127.0.0.1".into(),
+        trsvcid: "4420".into(),
+        ipv6: false,
+    };
     let mut q = Queue::new(target, listener, "fuzz".into());
     let mut rest = data;
     let mut now = 0u64;

@@ -33,6 +33,8 @@ pub struct SmartCounters {
     pub power_on_hours: u64,
     /// Percentage of capacity in use, 0..=100 (reported as "percentage used").
     pub percent_used: u8,
+    /// Error information log entries over the controller's life.
+    pub error_entries: u64,
 }
 
 /// Data units are thousands of 512-byte units, rounded up (NVMe Base 2.0 figure 207).
@@ -53,6 +55,7 @@ impl SmartCounters {
         b[80..96].copy_from_slice(&u128::from(self.write_commands).to_le_bytes());
         b[128..144].copy_from_slice(&u128::from(self.power_on_hours).to_le_bytes());
         b[160..176].copy_from_slice(&u128::from(self.media_errors).to_le_bytes());
+        b[176..192].copy_from_slice(&u128::from(self.error_entries).to_le_bytes());
         b
     }
 }
@@ -76,6 +79,40 @@ pub fn encode_changed_ns(nsids: &[u32]) -> Vec<u8> {
         slot.copy_from_slice(&id.to_le_bytes());
     }
     b
+}
+
+/// One Error Information log entry (NVMe Base 2.0 figure 204).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ErrorEntry {
+    /// Unique, increasing error count (1-based).
+    pub error_count: u64,
+    /// Submission queue of the failed command.
+    pub sqid: u16,
+    /// Its command identifier.
+    pub cid: u16,
+    /// Status field as in the CQE (phase bit 0).
+    pub status: u16,
+    /// First LBA of the command, when it had one.
+    pub lba: u64,
+    /// Namespace of the command.
+    pub nsid: u32,
+}
+
+impl ErrorEntry {
+    /// Encodes the 64-byte entry (transport type TCP, no parameter location).
+    pub fn encode(&self, out: &mut [u8]) {
+        if out.len() < ERROR_ENTRY_LEN {
+            return;
+        }
+        out[0..8].copy_from_slice(&self.error_count.to_le_bytes());
+        out[8..10].copy_from_slice(&self.sqid.to_le_bytes());
+        out[10..12].copy_from_slice(&self.cid.to_le_bytes());
+        out[12..14].copy_from_slice(&self.status.to_le_bytes());
+        out[14..16].copy_from_slice(&0xffffu16.to_le_bytes());
+        out[16..24].copy_from_slice(&self.lba.to_le_bytes());
+        out[24..28].copy_from_slice(&self.nsid.to_le_bytes());
+        out[29] = TRTYPE_TCP;
+    }
 }
 
 /// Transport type TCP.

@@ -196,7 +196,7 @@ fn controller_info(ctx: &AdminCtx<'_>) -> ControllerInfo {
             CNTRLTYPE_IO
         },
         aerl: (MAX_AER - 1) as u8,
-        elpe: 0,
+        elpe: (ERROR_LOG_ENTRIES - 1) as u8,
         kas: KAS_100MS,
         maxcmd: MAX_QUEUE_ENTRIES,
         nn,
@@ -273,6 +273,7 @@ fn smart(ctx: &AdminCtx<'_>, nsid: u32) -> Result<Vec<u8>, Status> {
     let sub = subsystem(ctx);
     let mut c = SmartCounters {
         power_on_hours: ctx.now_ms / 3_600_000,
+        error_entries: ctx.ctrl.error_log().1,
         ..Default::default()
     };
     let all = nsid == 0 || nsid == u32::MAX;
@@ -333,7 +334,7 @@ fn get_log_page(ctx: &AdminCtx<'_>, sqe: &Sqe) -> AdminResult {
     let discovery = ctx.ctrl.kind == ControllerKind::Discovery;
     let page = match (log_id, discovery) {
         (lid::DISCOVERY, true) => discovery_log(ctx),
-        (lid::ERROR, false) => vec![0u8; ERROR_ENTRY_LEN],
+        (lid::ERROR, false) => ctx.ctrl.error_log().0,
         (lid::SMART, false) => match smart(ctx, sqe.nsid()) {
             Ok(p) => p,
             Err(s) => return done(s),

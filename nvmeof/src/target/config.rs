@@ -58,6 +58,10 @@ pub struct NamespaceConfig {
     pub uuid: [u8; 16],
     /// log2 of the logical block size (9 or 12).
     pub lba_shift: u8,
+    /// Size in bytes as of this snapshot. Why not ask the device: a resize must be
+    /// visible as a difference between two snapshots (that is what raises the notice),
+    /// and the device object is shared by both.
+    pub size_bytes: u64,
     /// The backing storage.
     pub device: Arc<dyn BlockDevice>,
     /// Counters reported in the SMART log.
@@ -71,7 +75,7 @@ impl std::fmt::Debug for NamespaceConfig {
         f.debug_struct("NamespaceConfig")
             .field("nsid", &self.nsid)
             .field("label", &self.label)
-            .field("size", &self.device.size_bytes())
+            .field("size", &self.size_bytes)
             .finish()
     }
 }
@@ -79,7 +83,7 @@ impl std::fmt::Debug for NamespaceConfig {
 impl NamespaceConfig {
     /// Number of logical blocks.
     pub fn blocks(&self) -> u64 {
-        self.device.size_bytes() >> self.lba_shift
+        self.size_bytes.min(self.device.size_bytes()) >> self.lba_shift
     }
 }
 
@@ -140,4 +144,16 @@ impl Default for TargetIdentity {
             firmware: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
+}
+
+/// Where the configuration comes from. Why: the appliance promises that a namespace or
+/// host added through its API is visible to a host that connects after the API call
+/// returns, so the transport asks the source for news before every admin Connect
+/// instead of relying only on asynchronous change notifications.
+///
+/// `load` may block (database reads, opening volume files): the transport calls it on
+/// the blocking pool.
+pub trait ConfigSource: Send + Sync {
+    /// The current configuration if it changed since the last call, else `None`.
+    fn load_if_changed(&self) -> Result<Option<TargetConfig>, String>;
 }

@@ -5,11 +5,11 @@
 //! Connect, admin commands and configuration changes take. The I/O data path reads an
 //! `Arc` snapshot of the subsystem cached per queue and touches only atomics.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::config::{SubsystemConfig, TargetConfig, TargetIdentity};
+use super::config::{ConfigSource, SubsystemConfig, TargetConfig, TargetIdentity};
 use super::limits::*;
 
 /// Receives a controller's traffic and tells it when an admin disconnected it.
@@ -84,6 +84,15 @@ pub struct AdminState {
     pub changed_nsids: BTreeSet<u32>,
 }
 
+/// The controller's Error Information log: newest last, bounded.
+#[derive(Debug, Default)]
+pub struct ErrorLog {
+    /// Errors recorded over the controller's life.
+    pub count: u64,
+    /// The most recent entries.
+    pub entries: VecDeque<crate::spec::log::ErrorEntry>,
+}
+
 /// CC.EN.
 pub const CC_EN: u32 = 1;
 /// CSTS.RDY.
@@ -107,6 +116,7 @@ pub struct Controller {
     pub hostid: [u8; 16],
     admin: Mutex<AdminState>,
     last_activity_ms: AtomicU64,
+    errors: Mutex<ErrorLog>,
     ready: AtomicBool,
     dead: AtomicBool,
     waker: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
@@ -149,6 +159,40 @@ impl Controller {
         }
         let last = self.last_activity_ms.load(Ordering::Relaxed);
         now_ms.saturating_sub(last) > kato + KATO_GRACE_MS
+    }
+
+    /// Records a failed command in the Error Information log (only failures take
+    /// this lock, never the successful data path).
+    pub fn log_error(&self, sqid: u16, cid: u16, status: u16, nsid: u32, lba: u64) {
+        let mut e = lock(&self.errors);
+        e.count += 1;
+        let entry = crate::spec::log::ErrorEntry {
+            error_count: e.count,
+            sqid,
+            cid,
+            status,
+            lba,
+            nsid,
+        };
+        if e.entries.len() >= ERROR_LOG_ENTRIES {
+            e.entries.pop_front();
+        }
+        e.entries.push_back(entry);
+    }
+
+    /// The Error Information log page (newest first) and the lifetime error count.
+    pub fn error_log(&self) -> (Vec<u8>, u64) {
+        let e = lock(&self.errors);
+        let mut b = vec![0u8; ERROR_LOG_ENTRIES * crate::spec::log::ERROR_ENTRY_LEN];
+        for (entry, chunk) in e
+            .entries
+            .iter()
+            .rev()
+            .zip(b.chunks_exact_mut(crate::spec::log::ERROR_ENTRY_LEN))
+        {
+            entry.encode(chunk);
+        }
+        (b, e.count)
     }
 
     /// CSTS.RDY as an atomic, so I/O queues check it without the admin lock.
@@ -242,6 +286,7 @@ pub struct Target {
     pub identity: TargetIdentity,
     hooks: Option<Arc<dyn SessionHooks>>,
     discovery_genctr: AtomicU64,
+    source: Mutex<Option<Arc<dyn ConfigSource>>>,
 }
 
 impl std::fmt::Debug for Target {
@@ -267,7 +312,30 @@ impl Target {
             identity,
             hooks,
             discovery_genctr: AtomicU64::new(1),
+            source: Mutex::new(None),
         })
+    }
+
+    /// Installs the configuration source consulted by [`Target::refresh`].
+    pub fn set_source(&self, source: Arc<dyn ConfigSource>) {
+        *lock(&self.source) = Some(source);
+    }
+
+    /// Whether a configuration source is installed (the transport then refreshes
+    /// before admin Connects).
+    pub fn has_source(&self) -> bool {
+        lock(&self.source).is_some()
+    }
+
+    /// Asks the source for a newer configuration and applies it. Blocking.
+    pub fn refresh(&self) -> Result<(), String> {
+        let Some(src) = lock(&self.source).clone() else {
+            return Ok(());
+        };
+        if let Some(cfg) = src.load_if_changed()? {
+            self.update_config(cfg);
+        }
+        Ok(())
     }
 
     /// Configuration generation; queues refresh their cached snapshot when it moves.
@@ -378,6 +446,7 @@ impl Target {
                 ..Default::default()
             }),
             last_activity_ms: AtomicU64::new(now_ms),
+            errors: Mutex::new(ErrorLog::default()),
             ready: AtomicBool::new(false),
             dead: AtomicBool::new(false),
             waker: Mutex::new(None),

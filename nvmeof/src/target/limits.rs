@@ -23,6 +23,8 @@ pub const MAX_INFLIGHT_IO_BYTES: u64 = 16 * MAX_TRANSFER as u64;
 pub const MAX_AER: usize = 4;
 /// Events queued before AERs collect them.
 pub const MAX_PENDING_EVENTS: usize = 16;
+/// Error Information log entries a controller keeps (ELPE + 1); older ones drop.
+pub const ERROR_LOG_ENTRIES: usize = 64;
 /// Live controllers per target.
 pub const MAX_CONTROLLERS: usize = 1024;
 /// Highest controller ID allocated (0xFFF0.. are reserved).

@@ -707,7 +707,20 @@ impl Queue {
 
     /// Completes a command: C2HData (if any) then CapsuleResp, unless SUCCESS covers it.
     fn complete(&mut self, cid: u16, status: Status, dw0: u32, dw1: u32, data: &[u8]) {
-        self.inflight.remove(&cid);
+        let cmd = self.inflight.remove(&cid);
+        if !status.is_success() {
+            if let Some(c) = &self.ctrl {
+                let (nsid, lba) = match &cmd {
+                    Some(cmd) if self.qid != 0 => (
+                        cmd.sqe.nsid(),
+                        u64::from(cmd.sqe.cdw(10)) | (u64::from(cmd.sqe.cdw(11)) << 32),
+                    ),
+                    Some(cmd) => (cmd.sqe.nsid(), 0),
+                    None => (0, 0),
+                };
+                c.log_error(self.qid, cid, status.to_u16(), nsid, lba);
+            }
+        }
         let mut b = Vec::with_capacity(data.len() + 64);
         let success_flag =
             self.sqflow_disabled && status.is_success() && dw0 == 0 && dw1 == 0 && !data.is_empty();

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::config::BlockDevice as _;
 use super::mem::MemDevice;
 use super::*;
 use crate::spec::fabrics::FCTYPE_PROPERTY_SET;
@@ -25,6 +26,7 @@ fn ns(nsid: u32, dev: Arc<MemDevice>) -> NamespaceConfig {
         nsid,
         uuid: [nsid as u8; 16],
         lba_shift: 12,
+        size_bytes: dev.size_bytes(),
         device: dev,
         counters: Arc::new(IoCounters::default()),
         label: format!("vol{nsid}"),
@@ -793,4 +795,56 @@ fn features_number_of_queues_kato_and_write_cache() {
         a.resp(&lp, &[]).status(),
         Status::specific(sc::INVALID_LOG_PAGE)
     );
+}
+
+#[test]
+fn failed_commands_fill_the_error_log_and_smart_count() {
+    let t = target();
+    let (mut a, mut io) = io_queue(&t, Digests::NONE);
+    let c = io.resp(&rw(io_opc::READ, 9, BLOCKS + 5, 1, 4096, false), &[]);
+    assert_eq!(c.status(), Status::generic(sc::LBA_OUT_OF_RANGE));
+    let mut lp = Sqe::new(admin_opc::GET_LOG_PAGE, 50);
+    lp.set_cdw(10, 0x01 | (15 << 16));
+    transport_sgl(&mut lp, 64);
+    let (e, _) = a.read_cmd(&lp);
+    assert_eq!(u64::from_le_bytes(e[0..8].try_into().unwrap()), 1);
+    assert_eq!(u16::from_le_bytes([e[8], e[9]]), 1, "sqid");
+    assert_eq!(u16::from_le_bytes([e[10], e[11]]), 9, "cid");
+    assert_eq!(
+        u16::from_le_bytes([e[12], e[13]]),
+        Status::generic(sc::LBA_OUT_OF_RANGE).to_u16()
+    );
+    assert_eq!(
+        u64::from_le_bytes(e[16..24].try_into().unwrap()),
+        BLOCKS + 5
+    );
+    assert_eq!(u32::from_le_bytes(e[24..28].try_into().unwrap()), 1);
+    lp.set_nsid(u32::MAX);
+    lp.set_cdw(10, 0x02 | (127 << 16));
+    transport_sgl(&mut lp, 512);
+    let (smart, _) = a.read_cmd(&lp);
+    assert_eq!(smart[176], 1, "SMART error log entries");
+}
+
+#[test]
+fn resize_with_a_shared_device_raises_a_notice() {
+    let dev = Arc::new(MemDevice::new(2 << 20));
+    let mut small = ns(1, dev.clone());
+    small.size_bytes = 1 << 20;
+    let t = Target::new(config(None, vec![small]), TargetIdentity::default(), None);
+    let (mut a, _io) = io_queue(&t, Digests::NONE);
+    let mut sf = Sqe::new(admin_opc::SET_FEATURES, 20);
+    sf.set_cdw(10, u32::from(crate::spec::fid::ASYNC_EVENT));
+    sf.set_cdw(11, 1 << 8);
+    assert!(a.resp(&sf, &[]).status().is_success());
+    assert!(a
+        .cmd(&Sqe::new(admin_opc::ASYNC_EVENT_REQUEST, 21), &[])
+        .is_empty());
+    // Same device object, larger snapshot size.
+    t.update_config(config(None, vec![ns(1, dev)]));
+    a.q.poll_events();
+    let g = a.drain();
+    assert!(matches!(g[..], [Got::Resp(c)] if c.cid == 21), "{g:?}");
+    let (id, _) = a.read_cmd(&identify(0, 1));
+    assert_eq!(u64::from_le_bytes(id[0..8].try_into().unwrap()), 512);
 }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::target::io::{IoOutcome, IoRequest};
 use crate::target::{ListenerInfo, Output, Queue, Target};
-use crate::tcp::{decode, frame_len, COMMON_HEADER_LEN};
+use crate::tcp::{decode, frame_len, PduType, COMMON_HEADER_LEN};
 
 /// How often each connection checks keep-alive and controller teardown.
 pub const TICK: Duration = Duration::from_millis(500);
@@ -22,6 +22,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// A host that does not take our PDUs for this long is dropped (it also stalls its
 /// own queue's keep-alive checks while we wait).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Concurrent connections (queues) a listener serves; more are closed on accept.
+/// Bounds the memory idle or hostile connections can pin.
+pub const MAX_CONNECTIONS: usize = 4096;
 /// Initial receive buffer per connection.
 const RECV_BUF: usize = 64 * 1024;
 /// Bytes of an offending PDU echoed in a termination request.
@@ -37,6 +40,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let start = Instant::now();
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
@@ -49,11 +53,17 @@ pub async fn serve(
                 }
             },
         };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, limit = MAX_CONNECTIONS, "NVMe/TCP connection limit reached; closing");
+            drop(stream);
+            continue;
+        };
         let local = stream.local_addr().ok();
         let info = listener_info(local, advertised.as_deref());
         let target = target.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             if let Err(e) = connection(stream, target, info, peer, start, shutdown).await {
                 tracing::debug!(%peer, error = %e, "nvme connection ended with error");
             }
@@ -74,6 +84,31 @@ fn listener_info(local: Option<SocketAddr>, advertised: Option<&str>) -> Listene
     }
 }
 
+/// Brings the target's configuration up to date before a Connect is processed, so
+/// hosts see every change an API call made before they connected.
+async fn refresh_config(target: &Arc<Target>) {
+    if !target.has_source() {
+        return;
+    }
+    let t = target.clone();
+    match tokio::task::spawn_blocking(move || t.refresh()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "configuration refresh failed; using the previous one")
+        }
+        Err(e) => tracing::warn!(error = %e, "configuration refresh task failed"),
+    }
+}
+
+/// Whether a framed PDU is a Fabrics Connect for the admin queue (type, opcode,
+/// FCTYPE and QID peeked at their fixed offsets; full validation happens later).
+fn is_admin_connect(pdu: &[u8]) -> bool {
+    pdu.first() == Some(&(PduType::CapsuleCmd as u8))
+        && pdu.get(8) == Some(&crate::spec::admin_opc::FABRICS)
+        && pdu.get(12) == Some(&crate::spec::fabrics::FCTYPE_CONNECT)
+        && pdu.get(50..52) == Some(&[0, 0][..])
+}
+
 fn ms_since(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
@@ -89,7 +124,7 @@ pub async fn connection(
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let (mut rd, mut wr) = stream.into_split();
-    let mut q = Queue::new(target, info, peer.to_string());
+    let mut q = Queue::new(target.clone(), info, peer.to_string());
     let mut buf = BytesMut::with_capacity(RECV_BUF);
     let (io_tx, mut io_rx) = mpsc::unbounded_channel::<(IoRequest, std::io::Result<IoOutcome>)>();
     let events = Arc::new(Notify::new());
@@ -111,6 +146,9 @@ pub async fn connection(
                     let ctx = q.decode_context();
                     match frame_len(&buf, &ctx) {
                         Ok(Some(n)) if buf.len() >= n => {
+                            if q.controller().is_none() && is_admin_connect(&buf) {
+                                refresh_config(&target).await;
+                            }
                             let frame = &buf[..n];
                             let echo = &frame[..n.min(TERM_ECHO)];
                             match decode(frame, &ctx) {
@@ -192,4 +230,19 @@ pub async fn connection(
     };
     q.on_disconnect();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_connect_is_recognised_in_the_linux_capsule() {
+        let v = crate::tcp::tests::vector(include_str!("../../vectors/connect-capsule.hex"));
+        assert!(is_admin_connect(&v));
+        let mut io = v.clone();
+        io[50] = 1;
+        assert!(!is_admin_connect(&io));
+        assert!(!is_admin_connect(&v[..20]));
+    }
 }

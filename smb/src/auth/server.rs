@@ -62,7 +62,8 @@ pub enum AuthStep {
         /// Domain as the client sent it.
         domain: String,
         /// The NTLM ExportedSessionKey: input to SMB key derivation. All zeros when
-        /// `anonymous`.
+        /// `anonymous`: a null session has no key, so the server sets
+        /// SMB2_SESSION_FLAG_IS_NULL and neither signs nor encrypts it (MS-SMB2 3.3.5.5.3).
         session_key: [u8; 16],
         /// True for an anonymous (null) logon: empty user, no NT response. The caller
         /// decides whether to allow it (guest/anonymous is refused unless a share allows it).

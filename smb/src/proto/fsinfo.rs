@@ -52,6 +52,21 @@ impl FsSize {
     }
 }
 
+/// The fixed part of each file-system class: a shorter output buffer gets
+/// STATUS_INFO_LENGTH_MISMATCH (as Windows answers; smbtorture getinfo.qfs_buffercheck).
+pub fn fs_min_output_len(class: u8) -> usize {
+    match class {
+        FS_VOLUME | FS_SIZE => 24,
+        FS_DEVICE => 8,
+        FS_ATTRIBUTE => 16,
+        FS_CONTROL => 48,
+        FS_FULL_SIZE => 32,
+        FS_OBJECT_ID => 64,
+        FS_SECTOR_SIZE => 28,
+        _ => 0,
+    }
+}
+
 /// Everything the file-system classes report about a share's volume.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FsFacts {

@@ -379,6 +379,16 @@ pub fn encode_file_info(class: u8, a: &FileAttrs, f: &OpenFacts) -> Option<Vec<u
             out.put_u32(len_u32(utf16_len(&f.name)));
             out.put_utf16(&f.name);
         }
+        class::ALTERNATE_NAME => {
+            // No 8.3 names are generated: a name that already is 8.3 is its own short name;
+            // others have none (what Windows answers with short names disabled).
+            let last = f.name.rsplit('\\').next().unwrap_or("");
+            if !is_8dot3(last) {
+                return None;
+            }
+            out.put_u32(len_u32(utf16_len(last)));
+            out.put_utf16(last);
+        }
         class::STREAM => {
             if !f.directory {
                 let name = "::$DATA";
@@ -402,6 +412,19 @@ pub fn encode_file_info(class: u8, a: &FileAttrs, f: &OpenFacts) -> Option<Vec<u
     Some(out)
 }
 
+/// True for a name that is valid as an MS-DOS 8.3 name (1-8 chars, optional 1-3 char
+/// extension, no spaces or characters illegal in short names).
+pub fn is_8dot3(name: &str) -> bool {
+    let legal = |c: char| c.is_ascii_alphanumeric() || "!#$%&'()-@^_`{}~".contains(c);
+    let (base, ext) = match name.split_once('.') {
+        Some((b, e)) => (b, Some(e)),
+        None => (name, None),
+    };
+    (1..=8).contains(&base.len())
+        && base.chars().all(legal)
+        && ext.is_none_or(|e| (1..=3).contains(&e.len()) && e.chars().all(legal))
+}
+
 /// Minimum output buffer length for a fixed-size class; a shorter buffer gets
 /// STATUS_INFO_LENGTH_MISMATCH (MS-SMB2 3.3.5.20.1). Variable classes report their fixed part.
 pub fn min_output_len(class: u8) -> usize {
@@ -410,10 +433,11 @@ pub fn min_output_len(class: u8) -> usize {
         class::STANDARD => 24,
         class::INTERNAL | class::POSITION | class::ATTRIBUTE_TAG => 8,
         class::EA | class::ACCESS | class::MODE | class::ALIGNMENT => 4,
-        class::ALL => 100,
+        class::ALL => 104,
+        class::ALTERNATE_NAME => 8,
         class::NETWORK_OPEN => 56,
         class::NAME | class::NORMALIZED_NAME => 4,
-        class::STREAM => 0,
+        class::STREAM => 32,
         class::COMPRESSION => 16,
         _ => 0,
     }

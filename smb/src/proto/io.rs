@@ -23,6 +23,8 @@ pub const MAX_LOCK_ELEMENTS: usize = 64;
 /// A READ request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadRequest {
+    /// Padding (the client's preferred data offset in the response; informational).
+    pub padding: u8,
     /// Flags.
     pub flags: u8,
     /// Bytes to read.
@@ -42,13 +44,14 @@ impl ReadRequest {
         if r.u16()? != 49 {
             return Err(ProtoError::BadStructureSize("READ request"));
         }
-        let _padding = r.u8()?;
+        let padding = r.u8()?;
         let flags = r.u8()?;
         let length = r.u32()?;
         let offset = r.u64()?;
         let file_id = FileId::decode(&mut r)?;
         let minimum_count = r.u32()?;
         Ok(Self {
+            padding,
             flags,
             length,
             offset,
@@ -60,7 +63,7 @@ impl ReadRequest {
     /// Appends the body (tests, fuzz seeds).
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.put_u16(49);
-        out.put_u8(0x50);
+        out.put_u8(self.padding);
         out.put_u8(self.flags);
         out.put_u32(self.length);
         out.put_u64(self.offset);
@@ -277,6 +280,7 @@ mod tests {
     #[test]
     fn read_round_trip_and_fixed_response() {
         let req = ReadRequest {
+            padding: 0x50,
             flags: 0,
             length: 65536,
             offset: 4096,

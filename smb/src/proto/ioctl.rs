@@ -20,6 +20,8 @@ pub const FSCTL_SRV_COPYCHUNK_WRITE: u32 = 0x0014_80F2;
 pub const FSCTL_VALIDATE_NEGOTIATE_INFO: u32 = 0x0014_0204;
 /// FSCTL_QUERY_NETWORK_INTERFACE_INFO.
 pub const FSCTL_QUERY_NETWORK_INTERFACE_INFO: u32 = 0x0014_01FC;
+/// FSCTL_CREATE_OR_GET_OBJECT_ID.
+pub const FSCTL_CREATE_OR_GET_OBJECT_ID: u32 = 0x0009_00C0;
 /// FSCTL_SET_SPARSE.
 pub const FSCTL_SET_SPARSE: u32 = 0x0009_00C4;
 /// FSCTL_SET_ZERO_DATA.
@@ -158,6 +160,105 @@ pub fn validate_negotiate_response(
     v.extend_from_slice(guid);
     v.put_u16(security_mode);
     v.put_u16(dialect);
+    v
+}
+
+/// FILE_OBJECTID_BUFFER (MS-FSCC 2.1.3) for a file: the object id is derived from the stable
+/// file id and the volume serial, the birth ids equal the current ones, no domain id.
+pub fn object_id_buffer(file_id: u64, volume_serial: u32) -> Vec<u8> {
+    let mut oid = Vec::with_capacity(16);
+    oid.put_u64(file_id);
+    oid.put_u32(volume_serial);
+    oid.put_u32(0);
+    let mut v = Vec::with_capacity(64);
+    v.extend_from_slice(&oid);
+    v.put_zeros(16); // BirthVolumeId
+    v.extend_from_slice(&oid); // BirthObjectId
+    v.put_zeros(16); // DomainId
+    v
+}
+
+/// Length of a server-side copy resume key.
+pub const RESUME_KEY_LEN: usize = 24;
+/// Most chunks in one COPYCHUNK request (MS-SMB2 3.3.3 ServerSideCopyMaxNumberofChunks).
+pub const COPYCHUNK_MAX_CHUNKS: u32 = 256;
+/// Largest chunk (ServerSideCopyMaxChunkSize).
+pub const COPYCHUNK_MAX_CHUNK_SIZE: u32 = 1024 * 1024;
+/// Most bytes in one COPYCHUNK request (ServerSideCopyMaxDataSize).
+pub const COPYCHUNK_MAX_TOTAL: u32 = 16 * 1024 * 1024;
+
+/// SRV_REQUEST_RESUME_KEY output (MS-SMB2 2.2.32.3): the key, ContextLength 0, and the
+/// 4-byte Context field that Windows always sends (Samba's NDR expects 32 bytes).
+pub fn resume_key_response(key: &[u8; RESUME_KEY_LEN]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(RESUME_KEY_LEN + 8);
+    v.extend_from_slice(key);
+    v.put_u32(0);
+    v.put_u32(0);
+    v
+}
+
+/// One SRV_COPYCHUNK element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    /// Offset in the source.
+    pub source_offset: u64,
+    /// Offset in the target.
+    pub target_offset: u64,
+    /// Bytes to copy.
+    pub length: u32,
+}
+
+/// SRV_COPYCHUNK_COPY input (MS-SMB2 2.2.31.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyChunkRequest {
+    /// The source's resume key.
+    pub source_key: [u8; RESUME_KEY_LEN],
+    /// The chunks; `count` may exceed the parsed ones when over the limit.
+    pub chunks: Vec<Chunk>,
+    /// ChunkCount as sent.
+    pub count: u32,
+}
+
+impl CopyChunkRequest {
+    /// Decodes the input; chunks beyond [`COPYCHUNK_MAX_CHUNKS`] are not parsed (the caller
+    /// refuses the request from `count`).
+    pub fn decode(buf: &[u8]) -> Result<Self, ProtoError> {
+        let mut r = Reader::new(buf);
+        let source_key = r.array()?;
+        let count = r.u32()?;
+        r.skip(4)?;
+        let mut chunks = Vec::new();
+        if count <= COPYCHUNK_MAX_CHUNKS {
+            for _ in 0..count {
+                let source_offset = r.u64()?;
+                let target_offset = r.u64()?;
+                let length = r.u32()?;
+                r.skip(4)?;
+                chunks.push(Chunk {
+                    source_offset,
+                    target_offset,
+                    length,
+                });
+            }
+        }
+        Ok(Self {
+            source_key,
+            chunks,
+            count,
+        })
+    }
+}
+
+/// SRV_COPYCHUNK_RESPONSE (MS-SMB2 2.2.32.1).
+pub fn copychunk_response(
+    chunks_written: u32,
+    chunk_bytes_written: u32,
+    total_bytes_written: u32,
+) -> Vec<u8> {
+    let mut v = Vec::with_capacity(12);
+    v.put_u32(chunks_written);
+    v.put_u32(chunk_bytes_written);
+    v.put_u32(total_bytes_written);
     v
 }
 

@@ -93,6 +93,24 @@ impl<'a> Request<'a> {
     }
 }
 
+/// The FileId a request names, read at its command's fixed offset (for related compounds,
+/// where the next request's all-ones FileId means "the previous request's handle").
+pub fn request_file_id(hdr: &Header, msg: &[u8]) -> Option<FileId> {
+    let off = match hdr.command()? {
+        Command::Close
+        | Command::Flush
+        | Command::Lock
+        | Command::Ioctl
+        | Command::QueryDirectory
+        | Command::ChangeNotify => 8,
+        Command::Read | Command::Write | Command::SetInfo => 16,
+        Command::QueryInfo => 24,
+        _ => return None,
+    };
+    let mut r = super::wire::Reader::new(msg.get(super::HEADER_LEN + off..)?);
+    FileId::decode(&mut r).ok()
+}
+
 /// Splits a compound message into its elements by NextCommand (MS-SMB2 3.3.5.2.7). Each
 /// element must start 8-byte aligned and hold at least a header; the last may be unaligned.
 pub fn split_compound(msg: &[u8]) -> Result<Vec<&[u8]>, ProtoError> {
@@ -159,5 +177,66 @@ mod tests {
             ..Default::default()
         };
         assert!(Request::decode(&h, &[0u8; 80]).is_err());
+    }
+
+    /// Every message captured from real clients (smbclient 4.17 at 2.0.2 and 3.1.1 incl.
+    /// `-L`, impacket 0.13 with the SMB1 upgrade, smbprotocol with encryption) decodes, and
+    /// re-encoding the requests the codec can encode gives back the same bytes.
+    #[test]
+    fn captured_client_messages_decode() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/seeds");
+        let mut seen = std::collections::BTreeSet::new();
+        let mut n = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let msg = std::fs::read(entry.unwrap().path()).unwrap();
+            n += 1;
+            if crate::proto::smb1::is_smb1(&msg) {
+                assert_ne!(
+                    crate::proto::smb1::parse_negotiate(&msg).unwrap(),
+                    crate::proto::smb1::Smb1Upgrade::None
+                );
+                seen.insert("smb1".to_string());
+                continue;
+            }
+            if crate::proto::transform::is_transform(&msg) {
+                crate::proto::transform::TransformHeader::decode(&msg).unwrap();
+                seen.insert("transform".to_string());
+                continue;
+            }
+            for part in split_compound(&msg).unwrap() {
+                let h = Header::decode(part).unwrap();
+                let req =
+                    Request::decode(&h, part).unwrap_or_else(|e| panic!("{:?}: {e}", h.command()));
+                seen.insert(format!("{:?}", h.command().unwrap()));
+                let mut again = part[..crate::proto::HEADER_LEN].to_vec();
+                match &req {
+                    Request::Read(r) => r.encode(&mut again),
+                    Request::Write(w) => w.encode(&mut again),
+                    Request::TreeConnect(t) => t.encode(&mut again),
+                    Request::QueryDirectory(q) => q.encode(&mut again),
+                    _ => continue,
+                }
+                let body_len = part.len().min(again.len());
+                assert_eq!(&again[..body_len], &part[..body_len], "{:?}", h.command());
+            }
+        }
+        assert!(n >= 50, "only {n} captured messages");
+        for cmd in [
+            "smb1",
+            "transform",
+            "Negotiate",
+            "SessionSetup",
+            "TreeConnect",
+            "Create",
+            "Close",
+            "Read",
+            "Write",
+            "QueryDirectory",
+            "QueryInfo",
+            "SetInfo",
+            "Ioctl",
+        ] {
+            assert!(seen.contains(cmd), "no captured {cmd}: {seen:?}");
+        }
     }
 }

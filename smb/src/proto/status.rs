@@ -123,3 +123,5 @@ pub const OBJECT_PATH_INVALID: u32 = 0xC000_0039;
 pub const FILE_NOT_AVAILABLE: u32 = 0xC000_0467;
 /// The client's account may not use this share or the server (guest refused, etc.).
 pub const ACCOUNT_RESTRICTION: u32 = 0xC000_006E;
+/// The impersonation level in CREATE is invalid.
+pub const BAD_IMPERSONATION_LEVEL: u32 = 0xC000_00A5;

@@ -4,6 +4,15 @@
 //! the bytes of every WRITE (or the input of an FSCTL_PIPE_TRANSCEIVE IOCTL) and answers READs
 //! from [`SrvsvcPipe::read`]. Everything is sans-I/O and bounded.
 //!
+//! Wiring in the SMB server (MS-SMB2 3.3.5.9/3.3.5.12/3.3.5.13/3.3.5.15.8):
+//! - CREATE of `srvsvc` on IPC$: `SrvsvcPipe::new(visible_shares).with_server_info(name, comment)`.
+//! - WRITE: [`SrvsvcPipe::write`]; an `Err` means the client spoke garbage: fail the WRITE
+//!   (STATUS_INVALID_PARAMETER) and close the pipe.
+//! - READ: [`SrvsvcPipe::read`]: `None` = nothing pending (STATUS_PIPE_EMPTY, or pend the
+//!   read); `Some` with `more` = STATUS_BUFFER_OVERFLOW with the partial data; else SUCCESS.
+//! - IOCTL FSCTL_PIPE_TRANSCEIVE (0x0011C017): [`SrvsvcPipe::transact`] with the request's
+//!   MaxOutputResponse, same status mapping as READ.
+//!
 //! Map:
 //! - [`pdu`]: connection-oriented DCE/RPC PDUs (C706 chapter 12; MS-RPCE 2.2.2).
 //! - [`ndr`]: the NDR 2.0 transfer syntax (C706 chapter 14) for the few types srvsvc needs.

@@ -26,6 +26,8 @@ pub const SERVER_TYPE: u32 = 0x0000_0001 | 0x0000_0002 | 0x0000_1000 | 0x0000_80
 pub mod werror {
     /// ERROR_SUCCESS.
     pub const OK: u32 = 0;
+    /// ERROR_MORE_DATA: a resumable enumeration has more entries.
+    pub const MORE_DATA: u32 = 234;
     /// ERROR_INVALID_LEVEL.
     pub const INVALID_LEVEL: u32 = 124;
     /// NERR_NetNameNotFound.
@@ -176,8 +178,7 @@ pub fn share_enum_response(req: &ShareEnumRequest, shares: &[ShareEntry]) -> Vec
         }
         None => w.ptr(false),
     }
-    // ERROR_MORE_DATA (234) when the page did not reach the end.
-    w.u32(if more { 234 } else { werror::OK });
+    w.u32(if more { werror::MORE_DATA } else { werror::OK });
     w.into_bytes()
 }
 

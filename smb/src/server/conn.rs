@@ -11,16 +11,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::crypto::PreauthHash;
 use crate::proto::framing::{frame_header, parse_frame_header, Frame, FRAME_HEADER_LEN};
-use crate::proto::header::{FLAG_SERVER_TO_REDIR, FLAG_SIGNED};
-use crate::proto::request::split_compound;
+use crate::proto::header::{FLAG_ASYNC_COMMAND, FLAG_SERVER_TO_REDIR, FLAG_SIGNED};
+use crate::proto::request::{request_file_id, split_compound};
 use crate::proto::transform::{is_transform, TransformHeader, TRANSFORM_LEN};
 use crate::proto::{smb1, status, Command, FileId, Header, HEADER_LEN};
 
 use super::credits::CreditWindow;
 use super::dispatch::{self, Ctx, PreauthTarget, Reply};
+use super::pending::{PendingOp, MAX_PENDING_PER_CONNECTION, PENDING_POLL};
+use super::shared::SharedState;
 use super::state::{AuthState, ConnState};
 use super::{Backend, ServerConfig, AUTH_TIMEOUT, IDLE_TIMEOUT};
 
+/// Logged-off sessions remembered per connection (see `prune_expired_sessions`).
+const MAX_EXPIRED_SESSIONS: usize = 4;
 /// Size of the socket read buffer.
 const READ_BUFFER: usize = 256 * 1024;
 
@@ -74,6 +78,7 @@ pub async fn run_connection(
     peer: SocketAddr,
     backend: Arc<dyn Backend>,
     config: Arc<ServerConfig>,
+    shared: Arc<SharedState>,
     shutdown: CancellationToken,
 ) -> Result<(), ConnError> {
     let local = sock.local_addr()?;
@@ -93,30 +98,80 @@ pub async fn run_connection(
         },
         backend,
         config,
+        shared,
         admin_cancel: CancellationToken::new(),
         closed: CancellationToken::new(),
+        pending: Vec::new(),
+        next_async_id: 0,
     };
     let _closed = conn.closed.clone().drop_guard();
+    let (tx, rx) = tokio::sync::mpsc::channel(FRAME_QUEUE);
+    let reader = tokio::spawn(async move {
+        loop {
+            let r = read_frame(&mut rd).await;
+            let more = matches!(r, Ok(Some(_)));
+            if tx.send(r).await.is_err() || !more {
+                return;
+            }
+        }
+    });
+    let result = serve_frames(&mut conn, rx, &mut wr, &shutdown).await;
+    reader.abort();
+    conn.cleanup().await;
+    result
+}
+
+/// Frames read ahead of processing. Each may be up to `MAX_FRAME_LEN` (about 8 MiB), so this
+/// bounds a connection's buffered input to a few frames.
+const FRAME_QUEUE: usize = 2;
+
+type FrameRx = tokio::sync::mpsc::Receiver<Result<Option<Vec<u8>>, ConnError>>;
+
+async fn write_messages<W: AsyncWriteExt + Unpin>(
+    wr: &mut W,
+    msgs: Vec<Vec<u8>>,
+) -> Result<(), ConnError> {
+    for out in msgs {
+        let mut framed = Vec::with_capacity(out.len() + FRAME_HEADER_LEN);
+        framed.extend_from_slice(&frame_header(out.len()).map_err(|e| violation(e.to_string()))?);
+        framed.extend_from_slice(&out);
+        wr.write_all(&framed).await?;
+    }
+    Ok(())
+}
+
+/// Processes and answers frames until EOF, error, timeout or cancellation, completing
+/// asynchronous operations in between.
+async fn serve_frames<W>(
+    conn: &mut Connection,
+    mut rx: FrameRx,
+    wr: &mut W,
+    shutdown: &CancellationToken,
+) -> Result<(), ConnError>
+where
+    W: AsyncWriteExt + Unpin,
+{
     loop {
         let authed = conn.state.sessions.values().any(|s| s.is_valid());
         let limit = if authed { IDLE_TIMEOUT } else { AUTH_TIMEOUT };
+        let waiting = !conn.pending.is_empty();
         let frame = tokio::select! {
             _ = shutdown.cancelled() => return Err(ConnError::Shutdown),
             _ = conn.admin_cancel.cancelled() => return Err(ConnError::Shutdown),
-            r = tokio::time::timeout(limit, read_frame(&mut rd)) => match r {
+            _ = tokio::time::sleep(PENDING_POLL), if waiting => {
+                let msgs = conn.poll_pending()?;
+                write_messages(wr, msgs).await?;
+                continue;
+            }
+            r = tokio::time::timeout(limit, rx.recv()) => match r {
                 Err(_) => return Err(ConnError::Timeout),
-                Ok(r) => r?,
+                Ok(None) => return Ok(()),
+                Ok(Some(r)) => r?,
             },
         };
         let Some(frame) = frame else { return Ok(()) };
-        let out = conn.process(frame).await?;
-        if !out.is_empty() {
-            let mut framed = Vec::with_capacity(out.len() + FRAME_HEADER_LEN);
-            framed
-                .extend_from_slice(&frame_header(out.len()).map_err(|e| violation(e.to_string()))?);
-            framed.extend_from_slice(&out);
-            wr.write_all(&framed).await?;
-        }
+        let msgs = conn.process(frame).await?;
+        write_messages(wr, msgs).await?;
     }
 }
 
@@ -128,10 +183,16 @@ pub struct Connection {
     pub backend: Arc<dyn Backend>,
     /// Settings.
     pub config: Arc<ServerConfig>,
+    /// Cross-connection share state (share modes, locks).
+    pub shared: Arc<SharedState>,
     /// Cancelled when any of this connection's sessions is disconnected by an admin.
     pub admin_cancel: CancellationToken,
     /// Cancelled when the connection ends (stops helper tasks).
     pub closed: CancellationToken,
+    /// Outstanding asynchronous operations.
+    pub pending: Vec<PendingOp>,
+    /// Last AsyncId handed out.
+    pub next_async_id: u64,
 }
 
 /// Facts about one compound element carried to the next (related operations).
@@ -140,15 +201,16 @@ struct Chain {
     session_id: u64,
     tree_id: u32,
     file_id: Option<FileId>,
-    status: u32,
+    /// Status of a failed CREATE: related requests after it fail the same way.
+    create_error: Option<u32>,
 }
 
 impl Connection {
     /// Processes one received frame; returns the response message (unframed), empty when
     /// nothing is to be sent.
-    pub async fn process(&mut self, mut frame: Vec<u8>) -> Result<Vec<u8>, ConnError> {
+    pub async fn process(&mut self, mut frame: Vec<u8>) -> Result<Vec<Vec<u8>>, ConnError> {
         if smb1::is_smb1(&frame) {
-            return self.smb1_negotiate(&frame);
+            return Ok(vec![self.smb1_negotiate(&frame)?]);
         }
         let mut encrypted_by: Option<u64> = None;
         let plain: Vec<u8> = if is_transform(&frame) {
@@ -174,6 +236,7 @@ impl Connection {
         }
         let elements = split_compound(&plain).map_err(|e| violation(e.to_string()))?;
         let mut responses: Vec<(Vec<u8>, u64, bool)> = Vec::with_capacity(elements.len());
+        let mut extra: Vec<Vec<u8>> = Vec::new();
         let mut chain = Chain::default();
         let mut encrypt_response = encrypted_by;
         for (i, element) in elements.iter().enumerate() {
@@ -182,8 +245,19 @@ impl Connection {
                 return Err(violation("response received by the server"));
             }
             if hdr.command() == Some(Command::Cancel) {
-                // No async operations are outstanding in this version: nothing to cancel and
-                // CANCEL never gets a response (MS-SMB2 3.3.5.16).
+                // CANCEL consumes no credit and gets no response of its own; the cancelled
+                // operation completes with STATUS_CANCELLED (MS-SMB2 3.3.5.16).
+                let pos = self.pending.iter().position(|p| {
+                    if hdr.is_async() {
+                        p.async_id == hdr.async_id
+                    } else {
+                        p.hdr.message_id == hdr.message_id
+                    }
+                });
+                if let Some(pos) = pos {
+                    let op = self.pending.swap_remove(pos);
+                    extra.push(self.complete(op, status::CANCELLED)?);
+                }
                 continue;
             }
             if let Err(e) = self
@@ -194,14 +268,17 @@ impl Connection {
                 return Err(violation(e.to_string()));
             }
             let related = i > 0 && hdr.is_related();
+            let first_marked_related = i == 0 && hdr.is_related();
             let mut session_id = hdr.session_id;
             let mut tree_id = hdr.tree_id;
             if related {
                 session_id = chain.session_id;
                 tree_id = chain.tree_id;
             }
-            let (reply, signed_req) = self
-                .one_request(
+            let (mut reply, signed_req) = if first_marked_related {
+                (Reply::error(status::INVALID_PARAMETER), false)
+            } else {
+                self.one_request(
                     &hdr,
                     element,
                     session_id,
@@ -210,16 +287,61 @@ impl Connection {
                     &chain,
                     encrypted_by,
                 )
-                .await;
+                .await
+            };
+            let (reply, signed_req) = match reply.wait.take() {
+                Some(wait) if self.pending.len() < MAX_PENDING_PER_CONNECTION => {
+                    self.next_async_id += 1;
+                    self.pending.push(PendingOp {
+                        async_id: self.next_async_id,
+                        hdr: hdr.clone(),
+                        session_id,
+                        signed: signed_req,
+                        encrypted: encrypted_by.is_some(),
+                        wait,
+                    });
+                    (
+                        Reply {
+                            async_id: Some(self.next_async_id),
+                            ..Reply::error(status::PENDING)
+                        },
+                        false,
+                    )
+                }
+                Some(_) => (Reply::error(status::LOCK_NOT_GRANTED), signed_req),
+                None => (reply, signed_req),
+            };
             let mut rh = hdr.response(reply.status);
+            if let Some(aid) = reply.async_id {
+                rh.flags |= FLAG_ASYNC_COMMAND;
+                rh.async_id = aid;
+            }
             rh.session_id = reply.session_id.unwrap_or(session_id);
             rh.tree_id = reply.tree_id.unwrap_or(tree_id);
             rh.credits = self.state.credits.grant(hdr.credits, hdr.credit_charge);
+            let named = request_file_id(&hdr, element).map(|id| {
+                if related && id == FileId::ALL_ONES {
+                    chain.file_id.unwrap_or(id)
+                } else {
+                    id
+                }
+            });
+            // A failed CREATE, or a first element wrongly marked related, poisons the chain.
+            let is_create = hdr.command() == Some(Command::Create) || (i == 0 && hdr.is_related());
             chain = Chain {
                 session_id: rh.session_id,
                 tree_id: rh.tree_id,
-                file_id: reply.file_id.or(if related { chain.file_id } else { None }),
-                status: reply.status,
+                file_id: reply
+                    .file_id
+                    .or(named)
+                    .or(if related { chain.file_id } else { None }),
+                create_error: if is_create && reply.status != status::SUCCESS {
+                    Some(reply.status)
+                } else if related {
+                    chain.create_error
+                } else {
+                    None
+                },
             };
             let mut msg = Vec::with_capacity(HEADER_LEN + reply.body.len());
             rh.encode(&mut msg);
@@ -238,18 +360,107 @@ impl Connection {
             if reply.encrypt && encrypt_response.is_none() {
                 encrypt_response = Some(rh.session_id);
             }
-            let sign =
+            let mut sign =
                 signed_req || reply.force_sign || self.session_requires_signing(rh.session_id);
+            if reply.status == status::USER_SESSION_DELETED
+                && hdr.is_signed()
+                && !self.state.sessions.contains_key(&rh.session_id)
+            {
+                // No key to sign with: mark it signed and echo the request's signature, which
+                // clients accept for this status (Samba's smbXcli requires the flag).
+                let flags = u32::from_le_bytes([msg[16], msg[17], msg[18], msg[19]]) | FLAG_SIGNED;
+                msg[16..20].copy_from_slice(&flags.to_le_bytes());
+                msg[48..64].copy_from_slice(&hdr.signature);
+                sign = false;
+            }
             responses.push((msg, rh.session_id, sign && reply.status != status::PENDING));
             if reply.disconnect {
                 return Err(violation("disconnect requested by handler"));
             }
         }
-        let out = self.finish(responses, encrypt_response)?;
-        self.state
-            .sessions
-            .retain(|_, s| !matches!(s.auth, AuthState::Expired));
+        let mut out = extra;
+        if !responses.is_empty() {
+            out.insert(0, self.finish(responses, encrypt_response)?);
+        }
+        self.prune_expired_sessions();
         Ok(out)
+    }
+
+    /// Closes every open of every session (share-mode entries, locks, delete-on-close) when
+    /// the connection ends, however it ends.
+    pub async fn cleanup(&mut self) {
+        let mut opens = Vec::new();
+        for s in self.state.sessions.values_mut() {
+            s.trees.clear();
+            opens.extend(s.opens.drain().map(|(_, o)| o));
+        }
+        self.state.sessions.clear();
+        for o in opens {
+            let _ = super::handlers::create::close_open(o).await;
+        }
+    }
+
+    /// Re-checks every waiting operation; returns the final responses of those that finished
+    /// (completed, or their open / session went away).
+    pub fn poll_pending(&mut self) -> Result<Vec<Vec<u8>>, ConnError> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.pending.len() {
+            let op = &self.pending[i];
+            let open_alive = self.state.sessions.get(&op.session_id).is_some_and(|s| {
+                s.is_valid() && op.open_id().is_none_or(|id| s.opens.contains_key(&id))
+            });
+            let done = if open_alive {
+                op.poll()
+            } else {
+                Some(status::RANGE_NOT_LOCKED)
+            };
+            match done {
+                Some(st) => {
+                    let op = self.pending.swap_remove(i);
+                    out.push(self.complete(op, st)?);
+                }
+                None => i += 1,
+            }
+        }
+        Ok(out)
+    }
+
+    /// The final (async) response of a pending operation.
+    fn complete(&mut self, op: PendingOp, st: u32) -> Result<Vec<u8>, ConnError> {
+        let mut rh = op.hdr.response(st);
+        rh.flags |= FLAG_ASYNC_COMMAND;
+        rh.async_id = op.async_id;
+        rh.session_id = op.session_id;
+        rh.credits = 0;
+        let mut msg = Vec::with_capacity(HEADER_LEN + 16);
+        rh.encode(&mut msg);
+        if st == status::SUCCESS {
+            crate::proto::session::encode_empty_response(&mut msg);
+        } else {
+            crate::proto::io::encode_error_response(&mut msg);
+        }
+        let sign = op.signed || self.session_requires_signing(op.session_id);
+        let encrypt = op.encrypted.then_some(op.session_id);
+        self.finish(vec![(msg, op.session_id, sign)], encrypt)
+    }
+
+    /// Logged-off sessions are kept (keys only, no trees or opens) so that late requests on
+    /// them get a signed USER_SESSION_DELETED; only the newest few are kept.
+    fn prune_expired_sessions(&mut self) {
+        let mut expired: Vec<u64> = self
+            .state
+            .sessions
+            .iter()
+            .filter(|(_, s)| matches!(s.auth, AuthState::Expired))
+            .map(|(id, _)| *id)
+            .collect();
+        if expired.len() > MAX_EXPIRED_SESSIONS {
+            expired.sort_unstable();
+            for id in &expired[..expired.len() - MAX_EXPIRED_SESSIONS] {
+                self.state.sessions.remove(id);
+            }
+        }
     }
 
     fn session_requires_signing(&self, session_id: u64) -> bool {
@@ -272,9 +483,9 @@ impl Connection {
         chain: &Chain,
         encrypted_by: Option<u64>,
     ) -> (Reply, bool) {
-        if related && chain.status != status::SUCCESS {
-            // A related request after a failure fails the same way (MS-SMB2 3.3.5.2.7.2).
-            return (Reply::error(chain.status), false);
+        if let (true, Some(st)) = (related, chain.create_error) {
+            // A related request after a failed CREATE fails the same way (MS-SMB2 3.3.5.2.7.2).
+            return (Reply::error(st), false);
         }
         let cmd = hdr.command();
         let mut signed = false;
@@ -319,7 +530,9 @@ impl Connection {
             match self.state.sessions.get(&session_id) {
                 Some(s) if s.is_valid() => {}
                 Some(s) if matches!(s.auth, AuthState::Expired) => {
-                    return (Reply::error(status::USER_SESSION_DELETED), signed)
+                    // Answered with the logged-off session's key so a signing client can
+                    // trust the status (smbtorture smb2.connect checks this).
+                    return (Reply::error(status::USER_SESSION_DELETED), hdr.is_signed());
                 }
                 _ => return (Reply::error(status::USER_SESSION_DELETED), signed),
             }

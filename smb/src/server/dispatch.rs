@@ -17,7 +17,7 @@ pub enum PreauthTarget {
 }
 
 /// What a handler answers.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Reply {
     /// NTSTATUS.
     pub status: u32,
@@ -37,6 +37,10 @@ pub struct Reply {
     pub preauth: Option<PreauthTarget>,
     /// End the connection after sending nothing more.
     pub disconnect: bool,
+    /// The operation must wait: send STATUS_PENDING now and complete it later.
+    pub wait: Option<super::pending::Wait>,
+    /// AsyncId of an interim response (set by the connection).
+    pub async_id: Option<u64>,
 }
 
 impl Reply {
@@ -125,7 +129,7 @@ pub async fn dispatch(conn: &mut Connection, ctx: &mut Ctx<'_>) -> Reply {
     let r = match req {
         Request::Negotiate(r) => handlers::negotiate::negotiate(conn, ctx, r),
         Request::SessionSetup(r) => handlers::session::session_setup(conn, ctx, r).await,
-        Request::Logoff => handlers::session::logoff(conn, ctx),
+        Request::Logoff => handlers::session::logoff(conn, ctx).await,
         Request::TreeConnect(r) => handlers::tree::tree_connect(conn, ctx, r).await,
         Request::TreeDisconnect => handlers::tree::tree_disconnect(conn, ctx).await,
         Request::Create(r) => handlers::create::create(conn, ctx, r).await,
@@ -133,7 +137,7 @@ pub async fn dispatch(conn: &mut Connection, ctx: &mut Ctx<'_>) -> Reply {
         Request::Flush(id) => handlers::io::flush(conn, ctx, id).await,
         Request::Read(r) => handlers::io::read(conn, ctx, r).await,
         Request::Write(r) => handlers::io::write(conn, ctx, r).await,
-        Request::Lock(r) => handlers::io::lock(conn, ctx, r),
+        Request::Lock(r) => handlers::io::lock(conn, ctx, r).await,
         Request::Ioctl(r) => handlers::ioctl::ioctl(conn, ctx, r).await,
         Request::Cancel => Err(status::INVALID_PARAMETER),
         Request::Echo => {
@@ -142,7 +146,13 @@ pub async fn dispatch(conn: &mut Connection, ctx: &mut Ctx<'_>) -> Reply {
             Ok(Reply::ok(b))
         }
         Request::QueryDirectory(r) => handlers::dir::query_directory(conn, ctx, r).await,
-        Request::ChangeNotify(_) => Err(status::NOT_SUPPORTED),
+        Request::ChangeNotify(r) => match handlers::open(conn, ctx, r.file_id) {
+            // Validated like Windows (a file handle is INVALID_PARAMETER); watching itself is
+            // not implemented yet and is refused rather than left pending forever.
+            Ok(o) if !o.is_dir => Err(status::INVALID_PARAMETER),
+            Ok(_) => Err(status::NOT_SUPPORTED),
+            Err(st) => Err(st),
+        },
         Request::QueryInfo(r) => handlers::info::query_info(conn, ctx, r).await,
         Request::SetInfo(r) => handlers::info::set_info(conn, ctx, r).await,
     };

@@ -20,6 +20,8 @@ pub mod conn;
 pub mod credits;
 pub mod dispatch;
 pub mod handlers;
+pub mod pending;
+pub mod shared;
 pub mod state;
 
 use std::net::SocketAddr;
@@ -174,6 +176,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let config = Arc::new(config);
+    let shared = Arc::new(shared::SharedState::default());
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (sock, peer) = tokio::select! {
@@ -194,10 +197,13 @@ pub async fn serve(
         let _ = sock.set_nodelay(true);
         let backend = backend.clone();
         let config = config.clone();
+        let shared = shared.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(e) = conn::run_connection(sock, peer, backend, config, shutdown).await {
+            if let Err(e) =
+                conn::run_connection(sock, peer, backend, config, shared, shutdown).await
+            {
                 tracing::debug!(%peer, error = %e, "SMB connection ended");
             }
         });

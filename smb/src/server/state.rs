@@ -70,6 +70,14 @@ pub enum AuthState {
     },
     /// Authenticated.
     Valid,
+    /// Authenticated, with a re-authentication exchange in progress: the session stays usable
+    /// and keeps its keys (MS-SMB2 3.3.5.5.3).
+    Reauth {
+        /// The NTLM exchange.
+        ntlm: Box<NtlmServer>,
+        /// Preauth hash of the exchange (not used for keys: they do not change).
+        preauth: PreauthHash,
+    },
     /// Logged off / expired: any further use gets USER_SESSION_DELETED.
     Expired,
 }
@@ -132,7 +140,7 @@ impl Session {
 
     /// True once authenticated.
     pub fn is_valid(&self) -> bool {
-        matches!(self.auth, AuthState::Valid)
+        matches!(self.auth, AuthState::Valid | AuthState::Reauth { .. })
     }
 
     /// Next unique 16-byte nonce for sealing (a counter; unique per key).
@@ -152,9 +160,21 @@ pub enum TreeKind {
         fs: Arc<dyn ShareFs>,
         /// Writes refused.
         read_only: bool,
+        /// Share modes and locks shared with other connections.
+        state: Arc<super::shared::ShareState>,
     },
     /// IPC$ (named pipes).
     Ipc,
+}
+
+impl Tree {
+    /// The cross-connection state of a disk share.
+    pub fn share_state(&self) -> Option<Arc<super::shared::ShareState>> {
+        match &self.kind {
+            TreeKind::Disk { state, .. } => Some(state.clone()),
+            TreeKind::Ipc => None,
+        }
+    }
 }
 
 /// One tree connect.
@@ -175,6 +195,8 @@ pub struct Open {
     pub tree_id: u32,
     /// Storage handle (None for pipes).
     pub file: Option<Arc<dyn FsFile>>,
+    /// The share's cross-connection state (None for pipes).
+    pub share: Option<Arc<super::shared::ShareState>>,
     /// Named-pipe state (IPC$ srvsvc).
     pub pipe: Option<crate::rpc::SrvsvcPipe>,
     /// Granted access mask.

@@ -183,6 +183,31 @@ impl LockPlan {
     }
 }
 
+impl LockPlan {
+    /// For a request whose first element is a plain UNLOCK, MS-SMB2 3.3.5.14.1 processes the
+    /// elements in order and stops at the first failure, keeping the earlier unlocks: this
+    /// returns the unlock ranges before the first element that is not an UNLOCK, and the
+    /// error that element earns (INVALID_PARAMETER). The caller unlocks the ranges (an
+    /// unlock failure, e.g. RANGE_NOT_LOCKED, wins) and then returns the error, if any.
+    /// `None` when the first element is not an UNLOCK (use [`LockPlan::from_elements`]).
+    pub fn unlock_prefix(
+        elements: impl IntoIterator<Item = (u64, u64, u32)>,
+    ) -> Option<(Vec<LockRange>, Option<LockError>)> {
+        let mut it = elements.into_iter().peekable();
+        if it.peek().map(|e| e.2) != Some(LOCKFLAG_UNLOCK) {
+            return None;
+        }
+        let mut ranges = Vec::new();
+        for (offset, length, flags) in it {
+            if flags != LOCKFLAG_UNLOCK || ranges.len() == MAX_LOCK_ELEMENTS {
+                return Some((ranges, Some(LockError::InvalidFlags)));
+            }
+            ranges.push(LockRange { offset, length });
+        }
+        Some((ranges, None))
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Held {
     open: OpenId,
@@ -657,6 +682,33 @@ mod tests {
         );
         assert_eq!(LockError::NotGranted.nt_status(), status::LOCK_NOT_GRANTED);
         assert_eq!(LockError::InvalidRange.nt_status(), 0xC000_01A1);
+    }
+
+    #[test]
+    fn unlock_first_requests_are_processed_in_order() {
+        assert_eq!(LockPlan::unlock_prefix([(0, 1, LOCKFLAG_EXCLUSIVE)]), None);
+        assert_eq!(
+            LockPlan::unlock_prefix([(0, 1, LOCKFLAG_UNLOCK), (5, 1, LOCKFLAG_UNLOCK)]),
+            Some((vec![r(0, 1), r(5, 1)], None))
+        );
+        let (ranges, err) = LockPlan::unlock_prefix([
+            (0, 1, LOCKFLAG_UNLOCK),
+            (5, 1, LOCKFLAG_EXCLUSIVE | LOCKFLAG_FAIL_IMMEDIATELY),
+            (9, 1, LOCKFLAG_UNLOCK),
+        ])
+        .unwrap();
+        assert_eq!(
+            (ranges, err),
+            (vec![r(0, 1)], Some(LockError::InvalidFlags))
+        );
+        // smbtorture smb2.lock.multiple-unlock: the unlock before the bad element sticks.
+        let mut m = LockManager::new();
+        m.lock(1, 1, &[ex(0, 1), ex(5, 1)]).unwrap();
+        let (ranges, err) =
+            LockPlan::unlock_prefix([(0, 1, LOCKFLAG_UNLOCK), (5, 1, LOCKFLAG_EXCLUSIVE)]).unwrap();
+        m.unlock(1, 1, &ranges).unwrap();
+        assert_eq!(err, Some(LockError::InvalidFlags));
+        m.lock(1, 1, &[ex(0, 1)]).unwrap();
     }
 
     #[test]

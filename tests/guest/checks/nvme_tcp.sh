@@ -138,7 +138,7 @@ id_ns() {
     _bytes=$((_nsze << _lbads))
     _blk=$(($(cat "/sys/block/$(basename "$DEV")/size") * 512))
     ID_NS_DETAIL="nsze=$_nsze ncap=$_ncap lbads=$_lbads bytes=$_bytes"
-    [ "$_nsze" != 0 ] && [ $((_ncap)) -le $((_nsze)) ] || { echo "nsze=$_nsze ncap=$_ncap"; return 1; }
+    [ $((_nsze)) -gt 0 ] && [ $((_ncap)) -le $((_nsze)) ] || { echo "nsze=$_nsze ncap=$_ncap"; return 1; }
     [ "$_bytes" = "$_blk" ] || { echo "id-ns says $_bytes bytes, block device $_blk"; return 1; }
 }
 

@@ -39,6 +39,10 @@ pub struct Options {
     pub digests: Digests,
     /// I/O queues to open.
     pub io_queues: u16,
+    /// Disable SQ flow control on the I/O queues (Connect CATTR bit 2).
+    pub disable_sqflow: bool,
+    /// Keep-alive timeout requested at the admin Connect (ms, 0 = none).
+    pub kato_ms: u32,
 }
 
 impl Options {
@@ -51,6 +55,8 @@ impl Options {
             hostid: TEST_HOSTID,
             digests: Digests::NONE,
             io_queues: 1,
+            disable_sqflow: false,
+            kato_ms: KATO_MS,
         }
     }
 }
@@ -89,7 +95,7 @@ impl Controller {
             .connect(
                 0,
                 QUEUE_ENTRIES - 1,
-                KATO_MS,
+                o.kato_ms,
                 0xffff,
                 &o.subnqn,
                 &o.hostnqn,
@@ -143,6 +149,7 @@ impl Controller {
         ]);
         for qid in 1..=o.io_queues {
             let mut q = Queue::open(o.addr, o.digests).await?;
+            q.disable_sqflow = o.disable_sqflow;
             let cqe = q
                 .connect(
                     qid,

@@ -53,6 +53,9 @@ pub struct Queue {
     pub qid: u16,
     /// In-capsule data limit for writes on this queue.
     pub incapsule_limit: u32,
+    /// Ask for SQ flow control to be disabled at Connect (CATTR bit 2); the target may
+    /// then complete reads with a C2HData SUCCESS flag instead of a CapsuleResp.
+    pub disable_sqflow: bool,
     next_cid: u16,
     pending: HashMap<u16, Pending>,
 }
@@ -70,6 +73,7 @@ impl Queue {
             cpda: 0,
             qid: 0,
             incapsule_limit: 0,
+            disable_sqflow: false,
             next_cid: 1,
             pending: HashMap::new(),
         };
@@ -153,7 +157,7 @@ impl Queue {
             recfmt: 0,
             qid,
             sqsize,
-            cattr: 0,
+            cattr: if self.disable_sqflow { 1 << 2 } else { 0 },
             kato: kato_ms,
         }
         .write(&mut sqe);

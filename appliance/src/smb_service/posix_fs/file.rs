@@ -9,18 +9,21 @@ use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use quarry_smb::vfs::names::split_path;
 use quarry_smb::vfs::{
     attr, filetime_to_unix, AllocatedRange, BasicInfoChange, DirCursor, FileInfo, FsError, FsFile,
+    FILETIME_FREEZE, FILETIME_THAW,
 };
 
 use super::attrs;
 use super::dir::PosixDirCursor;
 use super::resolve;
 use super::sys;
-use super::ShareInner;
+use super::write_time::{Fix, WriteTimeState};
+use super::{InodeShared, ShareInner};
 
 /// Largest end-of-file accepted (the `off_t` range).
 const MAX_FILE_SIZE: u64 = i64::MAX as u64;
@@ -38,7 +41,8 @@ pub struct PosixFile {
     write_through: bool,
     /// Stored path components from the share root (updated by rename).
     path: Mutex<Vec<String>>,
-    size_lock: Arc<RwLock<()>>,
+    shared: Arc<InodeShared>,
+    write_time: Mutex<WriteTimeState>,
     /// Allocation this open reports at least (CREATE AllocationSize, SET_INFO Allocation).
     allocation_hint: AtomicU64,
 }
@@ -64,7 +68,7 @@ impl PosixFile {
         write_through: bool,
     ) -> Result<PosixFile, FsError> {
         let st = sys::fstat(fd.as_fd()).map_err(io_err("stat"))?;
-        let size_lock = share.size_locks.get((st.dev, st.ino));
+        let shared = share.size_locks.get((st.dev, st.ino));
         Ok(PosixFile {
             share,
             file: File::from(fd),
@@ -74,13 +78,15 @@ impl PosixFile {
             writable,
             write_through,
             path: Mutex::new(path),
-            size_lock,
+            shared,
+            write_time: Mutex::new(WriteTimeState::default()),
             allocation_hint: AtomicU64::new(0),
         })
     }
 
     /// Current metadata.
     pub(crate) fn current_info(&self) -> Result<FileInfo, FsError> {
+        self.write_time_step(|w| w.on_query(Instant::now()));
         let mut info = attrs::info_of(self.file.as_fd(), &self.share.xattrs)?.1;
         if !self.is_dir {
             info.allocation_size = info
@@ -107,6 +113,39 @@ impl PosixFile {
             }
         }
         stored.clone()
+    }
+
+    fn stat(&self) -> Result<sys::Stat, FsError> {
+        sys::fstat(self.file.as_fd()).map_err(io_err("stat"))
+    }
+
+    fn epoch(&self) -> u64 {
+        self.shared.write_epoch.load(Ordering::Relaxed)
+    }
+
+    /// Runs one step of the write-time state machine and applies its verdict to mtime. A
+    /// failure to adjust the time never fails the I/O that caused it.
+    fn write_time_step(&self, step: impl FnOnce(&mut WriteTimeState) -> Fix) {
+        if self.is_dir {
+            return;
+        }
+        let fix = step(&mut self.write_time.lock().unwrap_or_else(|p| p.into_inner()));
+        let target = match fix {
+            Fix::Keep => return,
+            Fix::Restore(t) => t,
+            Fix::Now => {
+                let d = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default();
+                (
+                    i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                    d.subsec_nanos(),
+                )
+            }
+        };
+        if let Err(e) = sys::futimens(self.file.as_fd(), None, Some(target)) {
+            tracing::debug!(error = %e, "could not adjust the write time");
+        }
     }
 
     fn size(&self) -> Result<u64, FsError> {
@@ -136,7 +175,7 @@ impl PosixFile {
         if new > MAX_FILE_SIZE {
             return Err(FsError::InvalidParameter("end of file beyond 2^63".into()));
         }
-        let _g = self.size_lock.write().unwrap_or_else(|p| p.into_inner());
+        let _g = self.shared.size.write().unwrap_or_else(|p| p.into_inner());
         let old = self.size()?;
         if new > old {
             let grow = new - old;
@@ -246,20 +285,23 @@ impl FsFile for PosixFile {
             .checked_add(data.len() as u64)
             .filter(|e| *e <= MAX_FILE_SIZE)
             .ok_or_else(|| FsError::InvalidParameter("write beyond 2^63".into()))?;
-        let in_place = {
-            let _g = self.size_lock.read().unwrap_or_else(|p| p.into_inner());
-            if end <= self.size()? {
+        let (in_place, mut before) = {
+            let _g = self.shared.size.read().unwrap_or_else(|p| p.into_inner());
+            let st = self.stat()?;
+            if end <= st.size {
                 self.file
                     .write_all_at(data, offset)
                     .map_err(io_err("write"))?;
-                true
+                (true, st.mtime)
             } else {
-                false
+                (false, st.mtime)
             }
         };
         if !in_place {
-            let _g = self.size_lock.write().unwrap_or_else(|p| p.into_inner());
-            let old = self.size()?;
+            let _g = self.shared.size.write().unwrap_or_else(|p| p.into_inner());
+            let st = self.stat()?;
+            let old = st.size;
+            before = st.mtime;
             let grow = end.saturating_sub(old);
             if grow > 0 {
                 self.share
@@ -278,6 +320,8 @@ impl FsFile for PosixFile {
                 return Err(FsError::from_io("write", e));
             }
         }
+        let epoch = self.epoch();
+        self.write_time_step(|w| w.after_write(before, Instant::now(), epoch));
         if write_through || self.write_through {
             self.sync_data()?;
         }
@@ -285,6 +329,7 @@ impl FsFile for PosixFile {
     }
 
     fn flush(&self) -> Result<(), FsError> {
+        self.write_time_step(WriteTimeState::flush);
         if self.is_dir {
             return self.file.sync_all().map_err(io_err("fsync directory"));
         }
@@ -322,20 +367,59 @@ impl FsFile for PosixFile {
             let keep_sparse = current & attr::SPARSE_FILE;
             attrs::write_attributes(fd, (a & attr::SETTABLE) | keep_sparse, &self.share.xattrs)?;
         }
-        if let Some(t) = change.creation_time {
+        // FREEZE/THAW (-1/-2) and other values above i64::MAX are never timestamps.
+        let real = |t: Option<u64>| t.filter(|t| i64::try_from(*t).is_ok());
+        if let Some(t) = real(change.creation_time) {
             attrs::write_creation_time(fd, t, &self.share.xattrs)?;
         }
-        let atime = change.last_access_time.map(filetime_to_unix);
-        let mtime = change.last_write_time.map(filetime_to_unix);
+        let atime = real(change.last_access_time).map(filetime_to_unix);
+        let mtime = real(change.last_write_time).map(filetime_to_unix);
+        if !self.is_dir {
+            match change.last_write_time {
+                Some(FILETIME_FREEZE) => {
+                    let now = self.stat()?.mtime;
+                    self.write_time
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .freeze(now);
+                }
+                Some(FILETIME_THAW) => self
+                    .write_time
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .thaw(),
+                _ => {}
+            }
+        }
         if atime.is_some() || mtime.is_some() {
             sys::futimens(fd, atime, mtime).map_err(io_err("set times"))?;
+        }
+        match mtime {
+            Some(t) if !self.is_dir => {
+                self.shared.write_epoch.fetch_add(1, Ordering::Relaxed);
+                self.write_time
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .explicit_set(t);
+            }
+            // Any basic-information set, even all zero, shows a pending update (Windows).
+            _ if !matches!(
+                change.last_write_time,
+                Some(FILETIME_FREEZE | FILETIME_THAW)
+            ) =>
+            {
+                self.write_time_step(WriteTimeState::flush)
+            }
+            _ => {}
         }
         Ok(())
     }
 
     fn set_end_of_file(&self, size: u64) -> Result<(), FsError> {
         self.check_writable()?;
-        self.resize(size)
+        self.resize(size)?;
+        self.write_time_step(WriteTimeState::flush);
+        Ok(())
     }
 
     fn set_allocation_size(&self, size: u64) -> Result<(), FsError> {
@@ -344,6 +428,7 @@ impl FsFile for PosixFile {
             self.resize(size)?;
         }
         self.set_allocation_hint(size);
+        self.write_time_step(WriteTimeState::flush);
         Ok(())
     }
 
@@ -477,7 +562,7 @@ impl FsFile for PosixFile {
         let (parent_fd, _parent, name) = self.parent_and_name()?;
         let cname = sys::cstr(&name).map_err(|_| FsError::InvalidName(name.clone()))?;
         let ns = self.share.names.lock_namespace();
-        let _g = self.size_lock.write().unwrap_or_else(|p| p.into_inner());
+        let _g = self.shared.size.write().unwrap_or_else(|p| p.into_inner());
         let st = sys::fstat(self.file.as_fd()).map_err(io_err("stat"))?;
         sys::unlinkat(parent_fd.as_fd(), &cname, self.is_dir)
             .map_err(|e| FsError::from_io(format!("delete {name:?}"), e))?;
@@ -532,13 +617,15 @@ impl FsFile for PosixFile {
 
     fn zero_data(&self, offset: u64, length: u64) -> Result<(), FsError> {
         self.check_writable()?;
-        let _g = self.size_lock.read().unwrap_or_else(|p| p.into_inner());
-        let size = self.size()?;
+        let _g = self.shared.size.read().unwrap_or_else(|p| p.into_inner());
+        let st = self.stat()?;
+        let size = st.size;
         let end = offset.saturating_add(length).min(size);
         if offset >= end {
             return Ok(());
         }
-        match sys::punch_hole(self.file.as_fd(), offset, end - offset) {
+        let epoch = self.epoch();
+        let result = match sys::punch_hole(self.file.as_fd(), offset, end - offset) {
             Ok(()) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
                 let zeros = vec![0u8; ZERO_CHUNK];
@@ -556,7 +643,17 @@ impl FsFile for PosixFile {
                 Ok(())
             }
             Err(e) => Err(FsError::from_io("punch hole", e)),
+        };
+        if result.is_ok() {
+            self.write_time_step(|w| w.after_write(st.mtime, Instant::now(), epoch));
         }
+        result
+    }
+
+    fn close(&self) -> Result<(), FsError> {
+        let epoch = self.epoch();
+        self.write_time_step(|w| w.on_close(epoch));
+        Ok(())
     }
 
     fn allocated_ranges(
@@ -594,5 +691,13 @@ impl FsFile for PosixFile {
             pos = hole;
         }
         Ok((ranges, false))
+    }
+}
+
+impl Drop for PosixFile {
+    /// A close the server did not announce still stamps a deferred write time.
+    fn drop(&mut self) {
+        let epoch = self.epoch();
+        self.write_time_step(|w| w.on_close(epoch));
     }
 }

@@ -9,6 +9,7 @@
 //! - [`file`]: one open file or directory (`FsFile`): I/O with quota charging, set-info,
 //!   rename, delete, sparse ranges.
 //! - [`dir`]: directory enumeration cursors.
+//! - [`write_time`]: delayed write-time updates per open (pure state machine).
 //!
 //! Invariants: every path the client names is validated by `quarry_smb::vfs::names` and then
 //! opened with `RESOLVE_BENEATH` from the root descriptor, so nothing outside the share is
@@ -22,10 +23,12 @@ pub mod resolve;
 pub mod sys;
 #[cfg(test)]
 mod tests;
+pub mod write_time;
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use quarry_smb::vfs::names::split_path;
@@ -61,29 +64,39 @@ pub struct PosixShareConfig {
     pub read_only: bool,
 }
 
-/// Per-inode locks that order size changes (extending writes, truncates) against each other
-/// and against in-place writes, across every open of the file, so the quota is charged
-/// exactly once for each byte of growth.
+/// What every open of one file shares: the lock that orders size changes (extending writes,
+/// truncates; write half) against in-place writes (read half), so the quota is charged
+/// exactly once for each byte of growth, and the epoch of explicit write-time sets
+/// (see [`write_time`]).
+#[derive(Debug, Default)]
+pub struct InodeShared {
+    /// Size-change lock.
+    pub(crate) size: RwLock<()>,
+    /// Bumped whenever a client sets the write time explicitly through any open.
+    pub(crate) write_epoch: AtomicU64,
+}
+
+/// The [`InodeShared`] of every open file of a share.
 #[derive(Default)]
 pub struct SizeLocks {
-    map: Mutex<HashMap<InodeKey, Weak<RwLock<()>>>>,
+    map: Mutex<HashMap<InodeKey, Weak<InodeShared>>>,
 }
 
 /// (device, inode): the identity of a file across its names and opens.
 type InodeKey = (u64, u64);
 
 impl SizeLocks {
-    fn get(&self, key: InodeKey) -> Arc<RwLock<()>> {
+    fn get(&self, key: InodeKey) -> Arc<InodeShared> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(lock) = map.get(&key).and_then(Weak::upgrade) {
-            return lock;
+        if let Some(shared) = map.get(&key).and_then(Weak::upgrade) {
+            return shared;
         }
         if map.len() >= SIZE_LOCK_SWEEP_AT {
             map.retain(|_, w| w.strong_count() > 0);
         }
-        let lock = Arc::new(RwLock::new(()));
-        map.insert(key, Arc::downgrade(&lock));
-        lock
+        let shared = Arc::new(InodeShared::default());
+        map.insert(key, Arc::downgrade(&shared));
+        shared
     }
 }
 
@@ -203,6 +216,13 @@ impl PosixShareFs {
                 "file has the read-only attribute".into(),
             ));
         }
+        if req.options & create_options::DELETE_ON_CLOSE != 0
+            && info.attributes & attr::READONLY != 0
+        {
+            return Err(FsError::CannotDelete(
+                "delete-on-close of a read-only file".into(),
+            ));
+        }
         // MS-FSA 2.1.5.1.2.1: replacing a hidden or system file must say so.
         let kept = info.attributes & (attr::HIDDEN | attr::SYSTEM);
         if truncate && kept & !req.attributes != 0 {
@@ -238,6 +258,14 @@ impl PosixShareFs {
     fn create_new(&self, loc: &Located, req: &CreateRequest<'_>) -> Result<Opened, FsError> {
         if self.inner.config.read_only {
             return Err(FsError::AccessDenied("read-only share".into()));
+        }
+        // MS-FSA 2.1.5.1.1: refused before anything is created.
+        if req.options & create_options::DELETE_ON_CLOSE != 0
+            && req.attributes & attr::READONLY != 0
+        {
+            return Err(FsError::CannotDelete(
+                "delete-on-close of a read-only file".into(),
+            ));
         }
         let parent = loc.parent_fd.as_fd();
         let cname = sys::cstr(&loc.name).map_err(|_| FsError::InvalidName(loc.name.clone()))?;

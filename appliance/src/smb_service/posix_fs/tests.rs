@@ -963,3 +963,108 @@ fn concurrent_creates_keep_the_name_cache_exact() {
         .count();
     assert_eq!(same, 1);
 }
+
+#[test]
+fn write_time_updates_are_delayed_like_windows() {
+    let fx = fixture();
+    open(&fx, "f", D::Create).unwrap();
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000);
+    fs::File::options()
+        .write(true)
+        .open(fx.root.join("f"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let old_ft = quarry_smb::vfs::filetime_from_unix(1_500_000_000, 0);
+    let o = open(&fx, "f", D::Open).unwrap();
+    // The first write does not show yet, to this open or to others.
+    o.file.write_at(0, b"a", false).unwrap();
+    assert_eq!(o.file.info().unwrap().last_write_time, old_ft);
+    assert_eq!(
+        open(&fx, "f", D::Open).unwrap().info.last_write_time,
+        old_ft
+    );
+    // A flush shows it.
+    o.file.flush().unwrap();
+    let flushed = o.file.info().unwrap().last_write_time;
+    assert!(flushed > old_ft);
+    // Later writes through the same open do not move it until the close.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    o.file.write_at(1, b"b", false).unwrap();
+    assert_eq!(o.file.info().unwrap().last_write_time, flushed);
+    o.file.close().unwrap();
+    let closed = open(&fx, "f", D::Open).unwrap().info.last_write_time;
+    assert!(closed > flushed);
+    // An explicit write time sticks through later writes and the close.
+    let o = open(&fx, "f", D::Open).unwrap();
+    o.file
+        .set_basic_info(&BasicInfoChange {
+            last_write_time: Some(old_ft),
+            ..Default::default()
+        })
+        .unwrap();
+    o.file.write_at(0, b"c", false).unwrap();
+    o.file.set_end_of_file(10).unwrap();
+    drop(o);
+    assert_eq!(
+        open(&fx, "f", D::Open).unwrap().info.last_write_time,
+        old_ft
+    );
+}
+
+#[test]
+fn freeze_and_thaw_values_are_not_timestamps() {
+    use quarry_smb::vfs::{FILETIME_FREEZE, FILETIME_THAW};
+    let fx = fixture();
+    let o = open(&fx, "f", D::Create).unwrap();
+    let before = o.file.info().unwrap();
+    let all = |t| BasicInfoChange {
+        creation_time: Some(t),
+        last_access_time: Some(t),
+        last_write_time: Some(t),
+        change_time: Some(t),
+        attributes: None,
+    };
+    o.file.set_basic_info(&all(FILETIME_FREEZE)).unwrap();
+    // Frozen: a write through this open leaves the write time alone, even at close.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    o.file.write_at(0, b"x", false).unwrap();
+    o.file.close().unwrap();
+    let after = o.file.info().unwrap();
+    assert_eq!(
+        (after.creation_time, after.last_write_time),
+        (before.creation_time, before.last_write_time)
+    );
+    o.file.set_basic_info(&all(FILETIME_THAW)).unwrap();
+    assert_eq!(o.file.info().unwrap().creation_time, before.creation_time);
+}
+
+#[test]
+fn delete_on_close_of_read_only_files_is_refused_before_creating() {
+    let fx = fixture();
+    let doc_ro = CreateRequest {
+        options: co::DELETE_ON_CLOSE | co::NON_DIRECTORY_FILE,
+        attributes: attr::READONLY,
+        ..req("ro", D::Create)
+    };
+    assert_eq!(
+        fx.fs.create(&doc_ro).unwrap_err().nt_status(),
+        nt::CANNOT_DELETE
+    );
+    assert!(!fx.root.join("ro").exists());
+    fx.fs
+        .create(&CreateRequest {
+            attributes: attr::READONLY,
+            ..req("ro", D::Create)
+        })
+        .unwrap();
+    let doc = CreateRequest {
+        options: co::DELETE_ON_CLOSE,
+        write: false,
+        ..req("ro", D::Open)
+    };
+    assert_eq!(
+        fx.fs.create(&doc).unwrap_err().nt_status(),
+        nt::CANNOT_DELETE
+    );
+}

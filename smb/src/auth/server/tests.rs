@@ -481,3 +481,50 @@ fn samba_dialect_and_cipher_matrix() {
     }
     assert_eq!(sealed_checked, 10);
 }
+
+/// `smbclient -N -L` against smbd (captured on loopback): smbclient first tries the Unix
+/// user ("root") with an empty NT response, which smbd refuses with STATUS_LOGON_FAILURE, then
+/// logs on anonymously (empty user and responses, NTLMSSP_ANONYMOUS). We refuse the first
+/// the same way, report the second as anonymous, and answer with smbd's exact final token.
+#[test]
+fn smbclient_anonymous_logon_matches_smbd() {
+    const NEGOTIATE: &str = "604806062b0601050502a03e303ca00e300c060a2b06010401823702020aa22a0428\
+        4e544c4d53535000010000001582086200000000280000000000000028000000060100000000000f";
+    const AUTH_ROOT_EMPTY: &str = "a181a33081a0a281890481864e544c4d53535000030000000000000058000000\
+        00000000580000001200120058000000080008006a0000000400040072000000100010007600000015820062060100\
+        000000000f78de1d553b1c8a46ef93e17832a33a9457004f0052004b00470052004f005500500072006f006f007400\
+        56004d001a0fe4cd619aca46a7921ea52cbdb108a3120410010000005ea3611c0d1602a69ab72cfd";
+    const AUTH_ANONYMOUS: &str =
+        "a16e306ca26a04684e544c4d535350000300000000000000580000000000000058\
+        000000000000005800000000000000580000000000000058000000100010005800000015\
+        8a0062060100000000000f0fc0f3300ac4276b0517a784df4dfa9ea75decb4ae96b05404da42bf1b65d583";
+    const SMBD_FINAL: &str = "a1073005a0030a0100";
+    let creds = OneUser {
+        user: "root",
+        password: "whatever",
+    };
+    let mut srv = NtlmServer::new([5; 8], 0, names());
+    srv.step(&unhex(NEGOTIATE), &creds).unwrap();
+    assert_eq!(
+        srv.step(&unhex(AUTH_ROOT_EMPTY), &creds),
+        Err(AuthError::Refused("NTLMv1 or malformed NT response"))
+    );
+    assert_eq!(
+        AuthError::Refused("").nt_status(),
+        AuthError::LogonFailure.nt_status()
+    );
+    let mut srv = NtlmServer::new([5; 8], 0, names());
+    srv.step(&unhex(NEGOTIATE), &creds).unwrap();
+    let AuthStep::Done {
+        token,
+        user,
+        anonymous,
+        ..
+    } = srv.step(&unhex(AUTH_ANONYMOUS), &creds).unwrap()
+    else {
+        panic!("expected Done")
+    };
+    assert!(anonymous);
+    assert!(user.is_empty());
+    assert_eq!(hex::encode(token), SMBD_FINAL);
+}

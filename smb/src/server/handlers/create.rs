@@ -7,6 +7,8 @@ use crate::proto::create::{
     FILE_OPENED,
 };
 use crate::proto::{status, FileAttrs, FileId, ATTR_NORMAL};
+use crate::share_mode::access::check_may_delete;
+use crate::share_mode::OpenMode;
 use crate::vfs::{self, CreateDisposition};
 
 use super::tree::{ACCESS_ALL, ACCESS_READ};
@@ -37,6 +39,8 @@ pub const WRITE_BITS: u32 = 0x0000_0002
     | DELETE
     | 0x0004_0000
     | 0x0008_0000;
+/// Highest ImpersonationLevel (Delegate); larger values are refused (MS-SMB2 3.3.5.9).
+const MAX_IMPERSONATION_LEVEL: u32 = 3;
 /// Named pipes served on IPC$.
 const PIPES: [&str; 1] = ["srvsvc"];
 
@@ -71,7 +75,7 @@ fn new_file_id(conn: &mut Connection) -> FileId {
 
 /// Handles CREATE.
 pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest<'_>) -> HResult {
-    let (fs, read_only) = {
+    let fs = {
         let s = super::session(conn, ctx)?;
         if s.opens.len() >= MAX_OPENS_PER_SESSION {
             return Err(status::INSUFFICIENT_RESOURCES);
@@ -82,15 +86,21 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
             .ok_or(status::NETWORK_NAME_DELETED)?;
         match &t.kind {
             TreeKind::Ipc => None,
-            TreeKind::Disk { fs, read_only } => Some((fs.clone(), *read_only)),
+            TreeKind::Disk {
+                fs,
+                read_only,
+                state,
+            } => Some((fs.clone(), *read_only, state.clone())),
         }
-    }
-    .map_or((None, false), |(f, r)| (Some(f), r));
-    let Some(fs) = fs else {
+    };
+    let Some((fs, read_only, share_state)) = fs else {
         return open_pipe(conn, ctx, &req).await;
     };
     if req.name.starts_with('\\') {
         return Err(status::INVALID_PARAMETER);
+    }
+    if req.impersonation_level > MAX_IMPERSONATION_LEVEL {
+        return Err(status::BAD_IMPERSONATION_LEVEL);
     }
     let disposition =
         CreateDisposition::from_wire(req.create_disposition).ok_or(status::INVALID_PARAMETER)?;
@@ -120,6 +130,45 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     let write = access & (FILE_WRITE_DATA | FILE_APPEND_DATA) != 0 || truncates;
     let read = access & (FILE_READ_DATA | FILE_EXECUTE) != 0;
     let ro = read_only;
+    if truncates {
+        // Share modes are checked before anything is truncated: probe the existing file
+        // without the truncating disposition and test the new open against the table.
+        let probe_fs = fs.clone();
+        let probe_path = path.clone();
+        let existing = blocking(move || {
+            let r = vfs::CreateRequest {
+                path: &probe_path,
+                disposition: CreateDisposition::Open,
+                options: options & !FILE_DELETE_ON_CLOSE,
+                attributes,
+                write: false,
+                read: false,
+                allocation_size: 0,
+            };
+            match probe_fs.create(&r) {
+                Ok(o) => Ok(Some(o.info.file_id)),
+                Err(vfs::FsError::NotFound(_)) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .await;
+        if let Ok(Some(inode)) = existing {
+            let probe_id = new_file_id(conn).volatile;
+            let mut modes = share_state.modes();
+            modes
+                .try_open(
+                    inode,
+                    probe_id,
+                    OpenMode {
+                        access,
+                        share: req.share_access,
+                    },
+                    false,
+                )
+                .map_err(|e| e.nt_status())?;
+            let _ = modes.close(inode, probe_id);
+        }
+    }
     let opened = blocking(move || {
         let disp = if ro && disposition == CreateDisposition::OpenIf {
             CreateDisposition::Open
@@ -147,6 +196,17 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     })
     .await?;
     let file_id = new_file_id(conn);
+    if delete_on_close {
+        check_may_delete(access, opened.info.attributes).map_err(|e| e.nt_status())?;
+    }
+    let mode = OpenMode {
+        access,
+        share: req.share_access,
+    };
+    share_state
+        .modes()
+        .try_open(opened.info.file_id, file_id.volatile, mode, delete_on_close)
+        .map_err(|e| e.nt_status())?;
     let mut contexts: Vec<(&'static [u8], Vec<u8>)> = Vec::new();
     if req.context(CTX_MXAC).is_some() {
         contexts.push((CTX_MXAC, mxac_response(status::SUCCESS, maximal)));
@@ -165,6 +225,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         file_id,
         tree_id: ctx.tree_id,
         file: Some(std::sync::Arc::from(opened.file)),
+        share: Some(share_state.clone()),
         pipe: None,
         access,
         is_dir: opened.info.is_dir,
@@ -211,6 +272,7 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
         file_id,
         tree_id: ctx.tree_id,
         file: None,
+        share: None,
         pipe: Some(pipe),
         access: req.desired_access,
         is_dir: false,
@@ -234,9 +296,16 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
     })
 }
 
-/// Releases an open: runs a pending delete-on-close.
+/// Releases an open: its locks, its share-mode entry, and the file itself when it was the
+/// last open of a delete-pending file.
 pub async fn close_open(o: Open) -> Result<(), u32> {
-    if o.delete_on_close {
+    let Some(share) = o.share.clone() else {
+        return Ok(());
+    };
+    let id = o.file_id.volatile;
+    let _waiters = share.locks().release_open(o.inode, id);
+    let outcome = share.modes().close(o.inode, id);
+    if outcome.delete_now {
         if let Some(f) = o.file {
             blocking(move || f.unlink()).await?;
         }

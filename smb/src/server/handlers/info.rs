@@ -1,7 +1,7 @@
 //! QUERY_INFO and SET_INFO (MS-SMB2 3.3.5.20, 3.3.5.21): file and file-system classes through
 //! the storage trait.
 
-use crate::proto::fsinfo::{encode_fs_info, FsFacts, FsSize};
+use crate::proto::fsinfo::{encode_fs_info, fs_min_output_len, FsFacts, FsSize};
 use crate::proto::info::{
     class, decode_disposition, decode_disposition_ex, decode_u64_info, encode_file_info,
     encode_set_info_response, min_output_len, BasicInfo, OpenFacts, QueryInfoRequest, RenameInfo,
@@ -9,6 +9,7 @@ use crate::proto::info::{
 };
 use crate::proto::io::encode_buffer_response;
 use crate::proto::status;
+use crate::share_mode::access::check_may_delete;
 use crate::vfs::BasicInfoChange;
 
 use super::create::{DELETE, FILE_APPEND_DATA, FILE_WRITE_DATA};
@@ -44,8 +45,12 @@ pub async fn query_info(
         INFO_FILE => {
             let open = super::open(conn, ctx, req.file_id)?;
             let f = file_of(open)?;
+            let delete_pending = match open.pipe {
+                Some(_) => false,
+                None => open_delete_pending(open),
+            };
             let mut facts = OpenFacts {
-                delete_pending: open.delete_on_close,
+                delete_pending,
                 directory: open.is_dir,
                 access: open.access,
                 position: open.position,
@@ -56,8 +61,13 @@ pub async fn query_info(
             facts.file_index = info.file_id;
             facts.links = info.nlink;
             facts.name = format!("\\{path}");
-            let data = encode_file_info(req.class, &attrs_of(&info), &facts)
-                .ok_or(status::INVALID_INFO_CLASS)?;
+            let data = match encode_file_info(req.class, &attrs_of(&info), &facts) {
+                Some(d) => d,
+                None if req.class == class::ALTERNATE_NAME => {
+                    return Err(status::OBJECT_NAME_NOT_FOUND)
+                }
+                None => return Err(status::INVALID_INFO_CLASS),
+            };
             finish_output(data, req.output_buffer_length, min_output_len(req.class))
         }
         INFO_FILESYSTEM => {
@@ -81,7 +91,7 @@ pub async fn query_info(
                 fs_name: i.fs_name,
             };
             let data = encode_fs_info(req.class, &facts).ok_or(status::INVALID_INFO_CLASS)?;
-            finish_output(data, req.output_buffer_length, 0)
+            finish_output(data, req.output_buffer_length, fs_min_output_len(req.class))
         }
         _ => Err(status::NOT_SUPPORTED),
     }
@@ -135,16 +145,29 @@ pub async fn set_info(
             }
         }
         class::DISPOSITION | class::DISPOSITION_EX => {
-            need(DELETE)?;
             let del = if req.class == class::DISPOSITION {
                 decode_disposition(req.buffer).map_err(bad)?
             } else {
                 decode_disposition_ex(req.buffer).map_err(bad)? & DISPOSITION_EX_DELETE != 0
             };
+            let (inode, id) = (open.inode, open.file_id.volatile);
+            let share = super::tree(conn, ctx)?
+                .share_state()
+                .ok_or(status::INVALID_DEVICE_REQUEST)?;
             if del {
-                blocking(move || f.check_deletable()).await?;
+                let info = blocking(move || {
+                    let i = f.info()?;
+                    if i.attributes & crate::proto::ATTR_READONLY == 0 && access & DELETE != 0 {
+                        f.check_deletable()?;
+                    }
+                    Ok(i)
+                })
+                .await?;
+                check_may_delete(access, info.attributes).map_err(|e| e.nt_status())?;
+            } else {
+                need(DELETE)?;
             }
-            super::open(conn, ctx, req.file_id)?.delete_on_close = del;
+            share.modes().set_delete_pending(inode, id, del);
         }
         class::END_OF_FILE => {
             need(FILE_WRITE_DATA | FILE_APPEND_DATA)?;
@@ -171,4 +194,14 @@ pub async fn set_info(
     let mut body = Vec::new();
     encode_set_info_response(&mut body);
     Ok(Reply::ok(body))
+}
+
+/// Delete-pending as FileStandardInformation reports it: this open's own delete-on-close, or
+/// the file's state in the share-mode table (set by another open's disposition).
+fn open_delete_pending(open: &crate::server::state::Open) -> bool {
+    open.delete_on_close
+        || open
+            .share
+            .as_ref()
+            .is_some_and(|s| s.modes().is_delete_pending(open.inode))
 }

@@ -7,6 +7,8 @@ use crate::proto::io::{
 };
 use crate::proto::session::encode_empty_response;
 use crate::proto::{status, FileId};
+use crate::server::pending::Wait;
+use crate::share_mode::{LockError, LockPlan};
 
 use super::create::{FILE_APPEND_DATA, FILE_EXECUTE, FILE_READ_DATA, FILE_WRITE_DATA};
 use super::{blocking, file_of};
@@ -37,6 +39,7 @@ pub async fn read(conn: &mut Connection, ctx: &mut Ctx<'_>, req: ReadRequest) ->
     if open.is_dir {
         return Err(status::INVALID_DEVICE_REQUEST);
     }
+    check_io(open, req.offset, u64::from(req.length), false)?;
     let f = file_of(open)?;
     let len = usize::try_from(req.length).map_err(|_| status::INVALID_PARAMETER)?;
     let offset = req.offset;
@@ -54,6 +57,9 @@ pub async fn read(conn: &mut Connection, ctx: &mut Ctx<'_>, req: ReadRequest) ->
         return Err(status::END_OF_FILE);
     }
     let nn = u32::try_from(n).unwrap_or(u32::MAX);
+    if let Ok(o) = super::open(conn, ctx, req.file_id) {
+        o.position = offset.saturating_add(n as u64);
+    }
     body[4..8].copy_from_slice(&nn.to_le_bytes());
     if let Some(o) = super::session(conn, ctx)?.observer.as_ref() {
         o.add_read(n as u64);
@@ -74,11 +80,15 @@ pub async fn write(conn: &mut Connection, ctx: &mut Ctx<'_>, req: WriteRequest<'
     if open.is_dir {
         return Err(status::INVALID_DEVICE_REQUEST);
     }
+    check_io(open, req.offset, req.data.len() as u64, true)?;
     let f = file_of(open)?;
     let write_through = req.flags & WRITEFLAG_WRITE_THROUGH != 0 || open.mode & 0x2 != 0;
     let data = req.data.to_vec();
     let offset = req.offset;
     let n = blocking(move || f.write_at(offset, &data, write_through)).await?;
+    if let Ok(o) = super::open(conn, ctx, req.file_id) {
+        o.position = offset.saturating_add(n as u64);
+    }
     if let Some(o) = super::session(conn, ctx)?.observer.as_ref() {
         o.add_written(n as u64);
     }
@@ -102,9 +112,51 @@ pub async fn flush(conn: &mut Connection, ctx: &mut Ctx<'_>, id: FileId) -> HRes
     Ok(Reply::ok(body))
 }
 
-/// Handles LOCK. Byte-range locking arrives with the share-mode module; until then the request
-/// is refused with STATUS_NOT_SUPPORTED rather than pretending a lock was taken.
-pub fn lock(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest) -> HResult {
-    super::open(conn, ctx, req.file_id)?;
-    Err(status::NOT_SUPPORTED)
+/// Handles LOCK: byte-range locks in the share's [`crate::share_mode::LockManager`].
+pub async fn lock(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest) -> HResult {
+    let open = super::open(conn, ctx, req.file_id)?;
+    let share = open.share.clone().ok_or(status::INVALID_DEVICE_REQUEST)?;
+    let (inode, id) = (open.inode, open.file_id.volatile);
+    let plan = LockPlan::from_elements(req.locks.iter().map(|l| (l.offset, l.length, l.flags)))
+        .map_err(|e| e.nt_status())?;
+    match plan {
+        LockPlan::Unlock(ranges) => share
+            .locks()
+            .unlock(inode, id, &ranges)
+            .map_err(|e| e.nt_status())?,
+        LockPlan::Lock { locks, blocking } => match share.locks().lock(inode, id, &locks) {
+            Ok(()) => {}
+            Err(LockError::NotGranted) if blocking => {
+                return Ok(Reply {
+                    wait: Some(Wait::Lock {
+                        share: share.clone(),
+                        inode,
+                        open: id,
+                        locks,
+                    }),
+                    ..Reply::default()
+                });
+            }
+            Err(e) => return Err(e.nt_status()),
+        },
+    }
+    let mut body = Vec::new();
+    encode_empty_response(&mut body);
+    Ok(Reply::ok(body))
+}
+
+/// Checks a read or write against other opens' byte-range locks.
+fn check_io(
+    open: &crate::server::state::Open,
+    offset: u64,
+    len: u64,
+    write: bool,
+) -> Result<(), u32> {
+    match &open.share {
+        Some(s) => s
+            .locks()
+            .check_io(open.inode, open.file_id.volatile, offset, len, write)
+            .map_err(|e| e.nt_status()),
+        None => Ok(()),
+    }
 }

@@ -2,15 +2,17 @@
 //! interface info, and the sparse-file FSCTLs. Anything else gets INVALID_DEVICE_REQUEST.
 
 use crate::proto::ioctl::{
-    encode_ioctl_response, network_interface_info_v4, validate_negotiate_response, IoctlRequest,
-    ValidateNegotiateInfo, FSCTL_DFS_GET_REFERRALS, FSCTL_PIPE_TRANSCEIVE,
+    encode_ioctl_response, network_interface_info_v4, object_id_buffer,
+    validate_negotiate_response, IoctlRequest, ValidateNegotiateInfo,
+    FSCTL_CREATE_OR_GET_OBJECT_ID, FSCTL_DFS_GET_REFERRALS, FSCTL_PIPE_TRANSCEIVE,
     FSCTL_QUERY_ALLOCATED_RANGES, FSCTL_QUERY_NETWORK_INTERFACE_INFO, FSCTL_SET_SPARSE,
-    FSCTL_SET_ZERO_DATA, FSCTL_VALIDATE_NEGOTIATE_INFO, IOCTL_IS_FSCTL,
+    FSCTL_SET_ZERO_DATA, FSCTL_SRV_COPYCHUNK, FSCTL_SRV_COPYCHUNK_WRITE,
+    FSCTL_SRV_REQUEST_RESUME_KEY, FSCTL_VALIDATE_NEGOTIATE_INFO, IOCTL_IS_FSCTL,
 };
 use crate::proto::wire::{Put, Reader};
 use crate::proto::{status, FileId};
 
-use super::create::{FILE_APPEND_DATA, FILE_WRITE_DATA};
+use super::create::{FILE_APPEND_DATA, FILE_READ_DATA, FILE_WRITE_DATA};
 use super::{blocking, file_of};
 use crate::server::conn::Connection;
 use crate::server::dispatch::{Ctx, HResult, Reply};
@@ -18,6 +20,12 @@ use crate::server::MAX_IO_SIZE;
 
 /// Link speed reported for the loopback/ethernet interface (bits per second): 10 Gb/s.
 const REPORTED_LINK_SPEED: u64 = 10_000_000_000;
+/// FSCTL_GET_COMPRESSION.
+const FSCTL_GET_COMPRESSION: u32 = 0x0009_003C;
+/// FSCTL_SET_COMPRESSION.
+const FSCTL_SET_COMPRESSION: u32 = 0x0009_C040;
+/// Size of one FILE_ALLOCATED_RANGE_BUFFER.
+const ALLOCATED_RANGE_LEN: usize = 16;
 /// Most allocated ranges returned at once.
 const MAX_ALLOCATED_RANGES: usize = 4096;
 
@@ -85,6 +93,41 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
             let pipe = open.pipe.as_mut().ok_or(status::INVALID_DEVICE_REQUEST)?;
             super::pipe::transceive(pipe, req.ctl_code, id, req.input, max_out)
         }
+        FSCTL_CREATE_OR_GET_OBJECT_ID => {
+            let id = ctx.resolve(req.file_id);
+            let open = super::open(conn, ctx, req.file_id)?;
+            let f = file_of(open)?;
+            let info = blocking(move || f.info()).await?;
+            let out = object_id_buffer(info.file_id, 0);
+            if out.len() > max_out {
+                return Err(status::BUFFER_TOO_SMALL);
+            }
+            Ok(reply(req.ctl_code, id, &out))
+        }
+        FSCTL_SRV_REQUEST_RESUME_KEY => {
+            super::copychunk::request_resume_key(conn, ctx, &req, max_out)
+        }
+        FSCTL_SRV_COPYCHUNK | FSCTL_SRV_COPYCHUNK_WRITE => {
+            super::copychunk::copychunk(conn, ctx, &req, max_out).await
+        }
+        FSCTL_GET_COMPRESSION => {
+            super::open(conn, ctx, req.file_id)?;
+            if max_out < 2 {
+                return Err(status::INVALID_PARAMETER);
+            }
+            // COMPRESSION_FORMAT_NONE: files are never compressed.
+            Ok(reply(req.ctl_code, ctx.resolve(req.file_id), &[0, 0]))
+        }
+        FSCTL_SET_COMPRESSION => {
+            super::open(conn, ctx, req.file_id)?;
+            let format = Reader::new(req.input)
+                .u16()
+                .map_err(|_| status::INVALID_PARAMETER)?;
+            if format != 0 {
+                return Err(status::NOT_SUPPORTED);
+            }
+            Ok(reply(req.ctl_code, ctx.resolve(req.file_id), &[]))
+        }
         FSCTL_SET_SPARSE => {
             let open = super::open(conn, ctx, req.file_id)?;
             if open.access & (FILE_WRITE_DATA | FILE_APPEND_DATA | 0x100) == 0 {
@@ -101,9 +144,18 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
                 return Err(status::ACCESS_DENIED);
             }
             let f = file_of(open)?;
+            let lock_state = open
+                .share
+                .clone()
+                .map(|s| (s, open.inode, open.file_id.volatile));
             let mut r = Reader::new(req.input);
             let off = r.u64().map_err(|_| status::INVALID_PARAMETER)?;
             let end = r.u64().map_err(|_| status::INVALID_PARAMETER)?;
+            if let Some((s, inode, id)) = lock_state {
+                s.locks()
+                    .check_io(inode, id, off, end.saturating_sub(off), true)
+                    .map_err(|e| e.nt_status())?;
+            }
             if end < off {
                 return Err(status::INVALID_PARAMETER);
             }
@@ -112,12 +164,23 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
         }
         FSCTL_QUERY_ALLOCATED_RANGES => {
             let open = super::open(conn, ctx, req.file_id)?;
+            if open.access & FILE_READ_DATA == 0 {
+                return Err(status::ACCESS_DENIED);
+            }
             let f = file_of(open)?;
             let mut r = Reader::new(req.input);
             let off = r.u64().map_err(|_| status::INVALID_PARAMETER)?;
             let len = r.u64().map_err(|_| status::INVALID_PARAMETER)?;
-            let max = (max_out / 16).min(MAX_ALLOCATED_RANGES);
-            let (ranges, more) = blocking(move || f.allocated_ranges(off, len, max)).await?;
+            if off.checked_add(len).is_none() || i64::try_from(off.saturating_add(len)).is_err() {
+                return Err(status::INVALID_PARAMETER);
+            }
+
+            let max = (max_out / ALLOCATED_RANGE_LEN).min(MAX_ALLOCATED_RANGES);
+            let (ranges, more) = blocking(move || f.allocated_ranges(off, len, max.max(1))).await?;
+            if max == 0 && !ranges.is_empty() {
+                // Not even one FILE_ALLOCATED_RANGE_BUFFER fits.
+                return Err(status::BUFFER_TOO_SMALL);
+            }
             let mut out = Vec::with_capacity(ranges.len() * 16);
             for rg in &ranges {
                 out.put_u64(rg.offset);

@@ -86,10 +86,14 @@ pub fn negotiate(conn: &mut Connection, ctx: &mut Ctx<'_>, req: NegotiateRequest
                     });
                 }
                 NegotiateContext::Signing { algorithms } => {
-                    let pick = [SigningAlgorithm::AesGmac, SigningAlgorithm::AesCmac]
-                        .into_iter()
-                        .find(|a| algorithms.contains(&a.wire_id()))
-                        .unwrap_or(SigningAlgorithm::AesCmac);
+                    let pick = [
+                        SigningAlgorithm::AesGmac,
+                        SigningAlgorithm::AesCmac,
+                        SigningAlgorithm::HmacSha256,
+                    ]
+                    .into_iter()
+                    .find(|a| algorithms.contains(&a.wire_id()))
+                    .unwrap_or(SigningAlgorithm::AesCmac);
                     signing = pick;
                     contexts.push(NegotiateContext::Signing {
                         algorithms: vec![pick.wire_id()],

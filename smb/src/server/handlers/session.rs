@@ -56,7 +56,13 @@ pub async fn session_setup(
         return Err(status::REQUEST_NOT_ACCEPTED);
     }
     let sid = if ctx.hdr.session_id == 0 {
-        if conn.state.sessions.len() >= MAX_SESSIONS_PER_CONNECTION {
+        let live = conn
+            .state
+            .sessions
+            .values()
+            .filter(|s| !matches!(s.auth, AuthState::Expired))
+            .count();
+        if live >= MAX_SESSIONS_PER_CONNECTION {
             return Err(status::INSUFFICIENT_RESOURCES);
         }
         let sid = conn.state.next_session_id;
@@ -76,10 +82,10 @@ pub async fn session_setup(
             .get_mut(&sid)
             .ok_or(status::USER_SESSION_DELETED)?;
         match s.auth {
-            AuthState::InProgress { .. } => {}
+            AuthState::InProgress { .. } | AuthState::Reauth { .. } => {}
             AuthState::Valid => {
-                // Re-authentication: a new exchange on the same session.
-                s.auth = AuthState::InProgress {
+                // Re-authentication: a new exchange on the same, still usable, session.
+                s.auth = AuthState::Reauth {
                     ntlm: Box::new(fresh),
                     preauth: conn_preauth,
                 };
@@ -89,12 +95,13 @@ pub async fn session_setup(
         sid
     };
     let token = req.security_buffer.to_vec();
-    let (mut ntlm, mut preauth) = {
+    let (mut ntlm, mut preauth, reauth) = {
         let Some(s) = conn.state.sessions.get_mut(&sid) else {
             return Err(status::USER_SESSION_DELETED);
         };
         match std::mem::replace(&mut s.auth, AuthState::Expired) {
-            AuthState::InProgress { ntlm, preauth } => (ntlm, preauth),
+            AuthState::InProgress { ntlm, preauth } => (ntlm, preauth, false),
+            AuthState::Reauth { ntlm, preauth } => (ntlm, preauth, true),
             _ => return Err(status::INTERNAL_ERROR),
         }
     };
@@ -117,7 +124,11 @@ pub async fn session_setup(
     match result {
         Ok(AuthStep::Continue(token)) => {
             if let Some(s) = conn.state.sessions.get_mut(&sid) {
-                s.auth = AuthState::InProgress { ntlm, preauth };
+                s.auth = if reauth {
+                    AuthState::Reauth { ntlm, preauth }
+                } else {
+                    AuthState::InProgress { ntlm, preauth }
+                };
             }
             let mut body = Vec::with_capacity(token.len() + 8);
             encode_session_setup_response(&mut body, 0, &token);
@@ -134,6 +145,37 @@ pub async fn session_setup(
             session_key,
             anonymous,
         }) => {
+            if reauth {
+                let s = conn
+                    .state
+                    .sessions
+                    .get_mut(&sid)
+                    .ok_or(status::USER_SESSION_DELETED)?;
+                if anonymous || !user.eq_ignore_ascii_case(&s.user) {
+                    // A session cannot change hands: refuse and end it.
+                    tracing::info!(peer = %conn.state.peer, "re-authentication as another user refused");
+                    s.trees.clear();
+                    let opens: Vec<_> = s.opens.drain().map(|(_, o)| o).collect();
+                    for o in opens {
+                        let _ = super::create::close_open(o).await;
+                    }
+                    return Err(status::ACCESS_DENIED);
+                }
+                // Same user: the session keeps its keys, trees and opens.
+                s.auth = AuthState::Valid;
+                let mut body = Vec::with_capacity(token.len() + 8);
+                let flags = if s.encrypt_data {
+                    SESSION_FLAG_ENCRYPT_DATA
+                } else {
+                    0
+                };
+                encode_session_setup_response(&mut body, flags, &token);
+                return Ok(Reply {
+                    session_id: Some(sid),
+                    force_sign: true,
+                    ..Reply::ok(body)
+                });
+            }
             let key_dialect = match neg.dialect {
                 DIALECT_202 | DIALECT_210 => KeyDialect::Smb2,
                 DIALECT_311 => KeyDialect::Smb311 {
@@ -202,22 +244,40 @@ pub async fn session_setup(
         }
         Err(e) => {
             tracing::info!(peer = %conn.state.peer, error = %e, "SMB authentication failed");
-            conn.state.sessions.remove(&sid);
+            if reauth {
+                // A failed re-authentication ends the session (it stays as a tombstone so
+                // later requests get USER_SESSION_DELETED).
+                let opens: Vec<_> = match conn.state.sessions.get_mut(&sid) {
+                    Some(s) => {
+                        s.trees.clear();
+                        s.opens.drain().map(|(_, o)| o).collect()
+                    }
+                    None => Vec::new(),
+                };
+                for o in opens {
+                    let _ = super::create::close_open(o).await;
+                }
+            } else {
+                conn.state.sessions.remove(&sid);
+            }
             Err(e.nt_status())
         }
     }
 }
 
 /// Handles LOGOFF: the session is marked expired and removed once the response is sent.
-pub fn logoff(conn: &mut Connection, ctx: &mut Ctx<'_>) -> HResult {
+pub async fn logoff(conn: &mut Connection, ctx: &mut Ctx<'_>) -> HResult {
     let s = conn
         .state
         .sessions
         .get_mut(&ctx.session_id)
         .ok_or(status::USER_SESSION_DELETED)?;
     s.auth = AuthState::Expired;
-    s.opens.clear();
+    let opens: Vec<_> = s.opens.drain().map(|(_, o)| o).collect();
     s.trees.clear();
+    for o in opens {
+        let _ = super::create::close_open(o).await;
+    }
     let mut body = Vec::new();
     encode_empty_response(&mut body);
     Ok(Reply::ok(body))

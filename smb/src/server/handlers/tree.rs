@@ -89,6 +89,7 @@ pub async fn tree_connect(
                 kind: TreeKind::Disk {
                     fs,
                     read_only: share.read_only,
+                    state: conn.shared.share(&share.name),
                 },
                 encrypt: share.encrypt,
             },
@@ -132,18 +133,21 @@ pub async fn tree_disconnect(conn: &mut Connection, ctx: &mut Ctx<'_>) -> HResul
     let tid = ctx.tree_id;
     let opens = {
         let s = super::session(conn, ctx)?;
-        if s.trees.remove(&tid).is_none() {
+        let Some(tree) = s.trees.remove(&tid) else {
             return Err(status::NETWORK_NAME_DELETED);
-        }
+        };
         let ids: Vec<u64> = s
             .opens
             .iter()
             .filter(|(_, o)| o.tree_id == tid)
             .map(|(k, _)| *k)
             .collect();
-        ids.into_iter()
+        let opens = ids
+            .into_iter()
             .filter_map(|k| s.opens.remove(&k))
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>();
+        let _ = tree;
+        opens
     };
     for o in opens {
         let _ = close_open(o).await;

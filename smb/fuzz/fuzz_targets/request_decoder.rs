@@ -1,0 +1,42 @@
+//! Feeds arbitrary bytes to every decoder a network client can reach before authentication
+//! succeeds or after: framing header, SMB1 NEGOTIATE upgrade, transform header, compound
+//! split, each command's request body, and the SET_INFO / IOCTL / CREATE payload parsers.
+//! Any panic, overflow or out-of-bounds access is a bug. Seeds: `smb/fuzz/seeds/` (messages
+//! captured from smbclient, impacket and smbprotocol against quarry).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use quarry_smb::proto::create::decode_create_contexts;
+use quarry_smb::proto::framing::parse_frame_header;
+use quarry_smb::proto::info::{BasicInfo, RenameInfo};
+use quarry_smb::proto::ioctl::ValidateNegotiateInfo;
+use quarry_smb::proto::request::split_compound;
+use quarry_smb::proto::transform::{is_transform, TransformHeader};
+use quarry_smb::proto::{smb1, Header, Request};
+
+fuzz_target!(|data: &[u8]| {
+    if let Some(h) = data.get(..4) {
+        let _ = parse_frame_header([h[0], h[1], h[2], h[3]]);
+    }
+    if smb1::is_smb1(data) {
+        let _ = smb1::parse_negotiate(data);
+        return;
+    }
+    if is_transform(data) {
+        let _ = TransformHeader::decode(data);
+        return;
+    }
+    let _ = decode_create_contexts(data);
+    let _ = RenameInfo::decode(data);
+    let _ = BasicInfo::decode(data);
+    let _ = ValidateNegotiateInfo::decode(data);
+    if let Ok(parts) = split_compound(data) {
+        for p in parts {
+            if let Ok(h) = Header::decode(p) {
+                if let Ok(Request::Create(c)) = Request::decode(&h, p) {
+                    let _ = c.context(b"MxAc");
+                }
+            }
+        }
+    }
+});

@@ -1,0 +1,73 @@
+//! Asynchronous operations (MS-SMB2 3.3.4.2): a request that cannot finish at once gets an
+//! interim STATUS_PENDING response with an AsyncId, and its final response is sent later from
+//! the connection task, when it completes, is cancelled (CANCEL), or its open goes away.
+//! Today blocking byte-range LOCKs are the only such operation.
+
+use std::sync::Arc;
+
+use crate::proto::Header;
+use crate::share_mode::LockRequest;
+
+use super::shared::ShareState;
+
+/// Most asynchronous operations outstanding on one connection; beyond it a blocking LOCK is
+/// answered LOCK_NOT_GRANTED at once.
+pub const MAX_PENDING_PER_CONNECTION: usize = 256;
+/// How often waiting operations re-check their condition while any are outstanding.
+pub const PENDING_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// What a handler asks to wait for.
+pub enum Wait {
+    /// A blocking byte-range lock.
+    Lock {
+        /// The share whose lock manager holds the file.
+        share: Arc<ShareState>,
+        /// The file.
+        inode: u64,
+        /// The open (volatile id).
+        open: u64,
+        /// The locks, all or nothing.
+        locks: Vec<LockRequest>,
+    },
+}
+
+/// One outstanding asynchronous operation.
+pub struct PendingOp {
+    /// AsyncId sent in the interim response.
+    pub async_id: u64,
+    /// The request's header (for the final response).
+    pub hdr: Header,
+    /// Effective session id.
+    pub session_id: u64,
+    /// The request was signed.
+    pub signed: bool,
+    /// The request arrived encrypted.
+    pub encrypted: bool,
+    /// What it waits for.
+    pub wait: Wait,
+}
+
+impl PendingOp {
+    /// The open this operation belongs to, if any.
+    pub fn open_id(&self) -> Option<u64> {
+        match &self.wait {
+            Wait::Lock { open, .. } => Some(*open),
+        }
+    }
+
+    /// Tries to complete: `Some(status)` when done.
+    pub fn poll(&self) -> Option<u32> {
+        match &self.wait {
+            Wait::Lock {
+                share,
+                inode,
+                open,
+                locks,
+            } => match share.locks().lock(*inode, *open, locks) {
+                Ok(()) => Some(crate::proto::status::SUCCESS),
+                Err(crate::share_mode::LockError::NotGranted) => None,
+                Err(e) => Some(e.nt_status()),
+            },
+        }
+    }
+}
