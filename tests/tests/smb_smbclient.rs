@@ -370,3 +370,44 @@ fn smbclient_lists_shares() {
         assert!(text.contains("Disk") && text.contains("IPC"), "{text}");
     }
 }
+
+#[test]
+fn quota_is_the_disk_and_disk_full_is_reported() {
+    let q = setup();
+    let api = q.admin().expect("admin login");
+    let (s, b) = api
+        .post(
+            "/api/v1/shares",
+            &json!({"name": "tiny", "quota_bytes": 1024 * 1024}),
+        )
+        .unwrap();
+    assert_eq!(s, 201, "{b}");
+    let dir = tempfile::tempdir().unwrap();
+    random_file(&dir.path().join("big.bin"), 3 * 1024 * 1024);
+    let want = random_file(&dir.path().join("small.bin"), 500_000);
+    let up = format!("{USER}%{PASS}");
+    let m = ["-m", "SMB3_11"];
+    // The share's size is its quota: 1 MiB = 256 blocks of 4 KiB.
+    let r = smbclient(&q, "tiny", &up, &m, "du", dir.path());
+    assert!(
+        r.ok && r
+            .text
+            .contains("256 blocks of size 4096. 256 blocks available"),
+        "{}",
+        r.text
+    );
+    let r = smbclient(&q, "tiny", &up, &m, "put big.bin big.bin", dir.path());
+    assert!(r.text.contains("NT_STATUS_DISK_FULL"), "{}", r.text);
+    // Nothing past the quota landed, and the share keeps serving within it.
+    let r = smbclient(
+        &q,
+        "tiny",
+        &up,
+        &m,
+        "rm big.bin; put small.bin small.bin; get small.bin back.bin; du",
+        dir.path(),
+    );
+    assert!(r.ok, "{}", r.text);
+    assert_eq!(sha256_of(&dir.path().join("back.bin")), want);
+    assert!(r.text.contains("256 blocks of size 4096"), "{}", r.text);
+}
