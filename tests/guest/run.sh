@@ -83,7 +83,7 @@ image="$("$GUEST_DIR/build.sh")" || guest_die "build.sh failed"
 RUN_KEEP_LOGS=40
 if [ -z "$log" ]; then
     # shellcheck disable=SC2012
-    ls -1d "$GUEST_CACHE_ROOT"/runs/*/ 2>/dev/null | head -n "-$RUN_KEEP_LOGS" | xargs -r rm -rf
+    { ls -1d "$GUEST_CACHE_ROOT"/runs/*/ 2>/dev/null || true; } | head -n "-$RUN_KEEP_LOGS" | xargs -r rm -rf
     rundir="$GUEST_CACHE_ROOT/runs/$(date -u +%Y%m%dT%H%M%S)-$$"
     mkdir -p "$rundir"
     log="$rundir/console.log"

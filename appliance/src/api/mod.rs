@@ -43,6 +43,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         volumes::create, volumes::list, volumes::get, volumes::resize, volumes::delete,
         nvme::create, nvme::list, nvme::get, nvme::update, nvme::delete, nvme::add_namespace, nvme::remove_namespace,
         system::sessions, system::disconnect, system::pool, system::audit,
+        crate::system::system_info, crate::system::update_history, crate::system::update,
     ),
     components(schemas(Problem)),
     modifiers(&BearerAuth),
@@ -134,5 +135,8 @@ pub fn router(state: AppState) -> Router {
             REQUEST_TIMEOUT,
         ))
         .layer(tower_http::trace::TraceLayer::new_for_http())
+        // Firmware bundles are hundreds of MB and stream for minutes: the update routes
+        // carry their own limits and are merged after the body-size and timeout layers.
+        .merge(crate::system::router())
         .with_state(state)
 }

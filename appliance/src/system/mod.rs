@@ -121,7 +121,7 @@ fn reconciled_history(data_dir: &Path) -> (Vec<UpdateRecord>, Vec<EntryName>) {
 
 /// Version, slot, uptime, kernel and boot entries (viewer).
 #[utoipa::path(get, path = "/api/v1/system", tag = "system",
-    responses((status = 200, description = "The running system", body = SystemInfo)),
+    responses((status = 200, description = "The running system", body = SystemInfo), crate::api::errors::AuthErrors),
     security(("bearer" = [])))]
 pub async fn system_info(State(state): State<AppState>, auth: Auth) -> ApiResult<Json<SystemInfo>> {
     auth.require(Role::Viewer)?;
@@ -155,7 +155,7 @@ pub async fn system_info(State(state): State<AppState>, auth: Auth) -> ApiResult
 
 /// Every recorded update attempt, oldest first (viewer).
 #[utoipa::path(get, path = "/api/v1/system/update", tag = "system",
-    responses((status = 200, description = "Update history", body = Vec<UpdateRecord>)),
+    responses((status = 200, description = "Update history", body = Vec<UpdateRecord>), crate::api::errors::AuthErrors),
     security(("bearer" = [])))]
 pub async fn update_history(
     State(state): State<AppState>,
@@ -191,8 +191,10 @@ impl From<BundleError> for UploadError {
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "Update bundle"),
     responses(
         (status = 200, description = "Installed; the next boot runs it", body = UpdateRecord),
-        (status = 409, description = "Another update is running"),
-        (status = 422, description = "Refused: bad signature, checksum, size or manifest; nothing changed")),
+        (status = 400, description = "The upload broke off or stalled", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Another update is running, or this system was not booted from a Quarry image", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Refused: bad signature, checksum, size or manifest; nothing changed", body = Problem, content_type = "application/problem+json"),
+        crate::api::errors::AuthErrors),
     security(("bearer" = [])))]
 pub async fn update(
     State(state): State<AppState>,
@@ -200,6 +202,17 @@ pub async fn update(
     body: Body,
 ) -> ApiResult<Json<UpdateRecord>> {
     auth.require(Role::Admin)?;
+    // Without the image's update key there are no A/B slots to write: a state conflict,
+    // not a server fault (e.g. `quarry serve` run from a developer checkout).
+    if !tokio::fs::try_exists(PUBLIC_KEY_FILE)
+        .await
+        .unwrap_or(false)
+    {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            format!("firmware updates need a system booted from a Quarry image ({PUBLIC_KEY_FILE} is missing)"),
+        ));
+    }
     let Ok(_guard) = UPDATE_LOCK.try_lock() else {
         return Err(Problem::new(
             StatusCode::CONFLICT,
