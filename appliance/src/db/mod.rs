@@ -79,6 +79,17 @@ impl DbError {
     }
 }
 
+/// The alphabet shared by share, user and volume names, which become directory and file
+/// names: 1..=`max` bytes of `A-Z a-z 0-9 . _ -`, starting with a letter or digit.
+pub fn is_safe_name(name: &str, max: usize) -> bool {
+    !name.is_empty()
+        && name.len() <= max
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
 /// Result alias for database calls.
 pub type DbResult<T> = Result<T, DbError>;
 

@@ -2,7 +2,7 @@
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use super::{now, Actor, Db, DbError, DbResult, Share};
+use super::{is_safe_name, now, Actor, Db, DbError, DbResult, Share};
 
 /// Longest share name (Windows' limit).
 pub const MAX_SHARE_NAME: usize = 80;
@@ -26,16 +26,7 @@ pub const DOS_DEVICE_NAMES: &[&str] = &[
 /// not reserved (`IPC$` and friends cannot even be spelled, `$` is not allowed), not a DOS
 /// device name.
 pub fn validate_share_name(name: &str) -> DbResult<()> {
-    let chars_ok = !name.is_empty()
-        && name.len() <= MAX_SHARE_NAME
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if !chars_ok {
+    if !is_safe_name(name, MAX_SHARE_NAME) {
         return Err(DbError::Invalid(format!(
             "share name must be 1-{MAX_SHARE_NAME} characters of A-Z, a-z, 0-9, '.', '_', '-', starting with a letter or digit"
         )));

@@ -2,7 +2,7 @@
 
 use rusqlite::{params, OptionalExtension, Row};
 
-use super::{now, Actor, Db, DbError, DbResult, Role, SmbUser, User};
+use super::{is_safe_name, now, Actor, Db, DbError, DbResult, Role, SmbUser, User};
 use crate::credentials;
 
 /// Longest user name (Windows' SAM limit is 20; we allow more for service accounts).
@@ -14,13 +14,7 @@ pub const MAX_PASSWORD: usize = 256;
 
 /// Checks a user name: 1..=64 of `A-Z a-z 0-9 . _ -`, starting with a letter or digit.
 pub fn validate_user_name(name: &str) -> DbResult<()> {
-    let ok_len = !name.is_empty() && name.len() <= MAX_USER_NAME;
-    let mut chars = name.chars();
-    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
-    let rest_ok = name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if ok_len && first_ok && rest_ok {
+    if is_safe_name(name, MAX_USER_NAME) {
         Ok(())
     } else {
         Err(DbError::Invalid(format!(

@@ -3,7 +3,7 @@
 use rusqlite::{params, OptionalExtension, Row};
 
 use super::shares::DOS_DEVICE_NAMES;
-use super::{now, Actor, Db, DbError, DbResult, Volume};
+use super::{is_safe_name, now, Actor, Db, DbError, DbResult, Volume};
 
 /// Volume sizes are whole multiples of this (the exported LBA size).
 pub const VOLUME_ALIGN: u64 = 4096;
@@ -16,15 +16,7 @@ pub const MAX_VOLUME_NAME: usize = 64;
 
 /// Checks a volume name (same alphabet as shares; it becomes a file name in the pool).
 pub fn validate_volume_name(name: &str) -> DbResult<()> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_VOLUME_NAME
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    let ok = is_safe_name(name, MAX_VOLUME_NAME)
         && !DOS_DEVICE_NAMES.contains(&name.to_ascii_lowercase().split('.').next().unwrap_or(""));
     if ok {
         Ok(())
