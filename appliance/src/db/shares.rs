@@ -247,7 +247,12 @@ impl Db {
 
     /// One share (case-insensitive name).
     pub fn share(&self, name: &str) -> anyhow::Result<Option<Share>> {
-        Ok(load_share(&self.lock(), name)?)
+        Ok(self.find_share(name)?)
+    }
+
+    /// One share (case-insensitive name), with the database's own error type.
+    pub fn find_share(&self, name: &str) -> DbResult<Option<Share>> {
+        load_share(&self.lock(), name)
     }
 
     /// All shares, by name.

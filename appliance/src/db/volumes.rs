@@ -50,6 +50,16 @@ fn volume_from_row(r: &Row<'_>) -> rusqlite::Result<Volume> {
 
 const VOLUME_COLUMNS: &str = "name, size_bytes, uuid, created_at";
 
+fn load_volume(conn: &rusqlite::Connection, name: &str) -> DbResult<Option<Volume>> {
+    Ok(conn
+        .query_row(
+            &format!("SELECT {VOLUME_COLUMNS} FROM volumes WHERE name = ?1"),
+            [name],
+            volume_from_row,
+        )
+        .optional()?)
+}
+
 impl Db {
     /// Creates a volume; `prepare` creates its backing store inside the transaction.
     pub fn create_volume(
@@ -90,13 +100,7 @@ impl Db {
             name,
             serde_json::json!({ "size_bytes": size }),
             |tx| {
-                let vol = tx
-                    .query_row(
-                        &format!("SELECT {VOLUME_COLUMNS} FROM volumes WHERE name = ?1"),
-                        [name],
-                        volume_from_row,
-                    )
-                    .optional()?
+                let vol = load_volume(tx, name)?
                     .ok_or_else(|| DbError::NotFound(format!("volume {name}")))?;
                 if size < vol.size_bytes {
                     return Err(DbError::Conflict(format!(
@@ -120,13 +124,7 @@ impl Db {
     /// Deletes a volume record (refused while a namespace exports it).
     pub fn delete_volume(&self, actor: &Actor, name: &str) -> DbResult<Volume> {
         self.write(actor, "volume.delete", name, serde_json::json!({}), |tx| {
-            let vol = tx
-                .query_row(
-                    &format!("SELECT {VOLUME_COLUMNS} FROM volumes WHERE name = ?1"),
-                    [name],
-                    volume_from_row,
-                )
-                .optional()?
+            let vol = load_volume(tx, name)?
                 .ok_or_else(|| DbError::NotFound(format!("volume {name}")))?;
             tx.execute("DELETE FROM volumes WHERE name = ?1", [name])
                 .map_err(|e| {
@@ -141,14 +139,12 @@ impl Db {
 
     /// One volume.
     pub fn volume(&self, name: &str) -> anyhow::Result<Option<Volume>> {
-        let conn = self.lock();
-        Ok(conn
-            .query_row(
-                &format!("SELECT {VOLUME_COLUMNS} FROM volumes WHERE name = ?1"),
-                [name],
-                volume_from_row,
-            )
-            .optional()?)
+        Ok(self.find_volume(name)?)
+    }
+
+    /// One volume, with the database's own error type.
+    pub fn find_volume(&self, name: &str) -> DbResult<Option<Volume>> {
+        load_volume(&self.lock(), name)
     }
 
     /// All volumes.

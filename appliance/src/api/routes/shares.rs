@@ -165,13 +165,7 @@ pub async fn get(
 ) -> ApiResult<Json<ShareOut>> {
     auth.require(Role::Viewer)?;
     let lookup = name.clone();
-    let share = state
-        .db
-        .call(move |db| {
-            db.share(&lookup)
-                .map_err(|e| crate::db::DbError::Invalid(e.to_string()))
-        })
-        .await?;
+    let share = state.db.call(move |db| db.find_share(&lookup)).await?;
     share
         .map(|s| Json(share_out(&state, s)))
         .ok_or_else(|| Problem::not_found(format!("share {name} not found")))

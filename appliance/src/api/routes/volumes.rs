@@ -10,7 +10,7 @@ use crate::api::auth::Auth;
 use crate::api::errors::{AuthErrors, BodyErrors, Conflict, NotFound};
 use crate::api::extract::{ApiJson, ApiPath};
 use crate::api::problem::{ApiResult, Problem};
-use crate::db::{rfc3339, DbError, Role, Volume};
+use crate::db::{rfc3339, Role, Volume};
 use crate::state::{AppState, ConfigChange};
 
 /// Volume creation request.
@@ -108,13 +108,7 @@ pub async fn get(
 ) -> ApiResult<Json<VolumeOut>> {
     auth.require(Role::Viewer)?;
     let lookup = name.clone();
-    let vol = state
-        .db
-        .call(move |db| {
-            db.volume(&lookup)
-                .map_err(|e| DbError::Invalid(e.to_string()))
-        })
-        .await?;
+    let vol = state.db.call(move |db| db.find_volume(&lookup)).await?;
     vol.map(|v| Json(v.into()))
         .ok_or_else(|| Problem::not_found(format!("volume {name} not found")))
 }
