@@ -49,7 +49,20 @@ pub fn quarry_bin() -> anyhow::Result<PathBuf> {
 
 /// A free TCP port on 127.0.0.1 (bound and released: good enough for tests).
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(free_ports::<1>()?[0])
+}
+
+/// `N` distinct free TCP ports on 127.0.0.1. All are held until every one is chosen, so
+/// the kernel cannot hand the same port out twice (as separate `free_port` calls can).
+pub fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut ports = [0u16; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
 }
 
 /// A running `quarry serve`.
@@ -86,9 +99,12 @@ impl QuarryProcess {
     /// Starts an appliance with extra environment variables.
     pub fn start_with(data: &Path, env: &[(&str, &str)]) -> anyhow::Result<QuarryProcess> {
         std::fs::create_dir_all(data)?;
-        let http: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-        let smb: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-        let nvme: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let [http, smb, nvme] = free_ports::<3>()?;
+        let (http, smb, nvme): (SocketAddr, SocketAddr, SocketAddr) = (
+            ([127, 0, 0, 1], http).into(),
+            ([127, 0, 0, 1], smb).into(),
+            ([127, 0, 0, 1], nvme).into(),
+        );
         let log = data.with_extension(format!("log.{}", http.port()));
         let log_file = std::fs::File::create(&log)?;
         let bin = quarry_bin()?;
