@@ -491,3 +491,71 @@ fn reports_ready_and_watchdog_to_systemd() {
     }
     assert_eq!(q.stop().unwrap(), 0);
 }
+
+#[test]
+fn failed_logins_raise_events_that_operators_acknowledge() {
+    let q = QuarryProcess::start().unwrap();
+    let admin = q.admin().unwrap();
+    for (name, role) in [("vera", "viewer"), ("otto", "operator")] {
+        let (s, _) = admin
+            .post(
+                "/api/v1/users",
+                &json!({"name": name, "password": "long-enough-pass", "role": role}),
+            )
+            .unwrap();
+        assert_eq!(s, 201);
+    }
+    let anon = Api::anonymous(&q);
+    let (s, _) = anon
+        .post(
+            "/api/v1/auth/login",
+            &json!({"username": "mallory", "password": "guess-guess"}),
+        )
+        .unwrap();
+    assert_eq!(s, 401);
+
+    let viewer = q.login("vera", "long-enough-pass").unwrap();
+    let (s, events) = viewer.get("/api/v1/events?unacked=true").unwrap();
+    assert_eq!(s, 200, "{events}");
+    let failed: Vec<&Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "auth.failed" && e["subject"] == "mallory")
+        .collect();
+    assert_eq!(failed.len(), 1, "{events}");
+    assert_eq!(failed[0]["severity"], "warning");
+    assert_eq!(failed[0]["acked"], false);
+    let id = failed[0]["id"].as_i64().unwrap();
+
+    // A viewer may look but not acknowledge.
+    let (s, body) = viewer
+        .post(&format!("/api/v1/events/{id}/ack"), &json!({}))
+        .unwrap();
+    assert_eq!(s, 403, "{body}");
+    let operator = q.login("otto", "long-enough-pass").unwrap();
+    let (s, body) = operator
+        .post(&format!("/api/v1/events/{id}/ack"), &json!({}))
+        .unwrap();
+    assert_eq!(s, 204, "{body}");
+    let (s, body) = operator
+        .post("/api/v1/events/999999/ack", &json!({}))
+        .unwrap();
+    assert_eq!(s, 404, "{body}");
+
+    let (_, events) = viewer.get("/api/v1/events?unacked=true").unwrap();
+    assert!(
+        !events.as_array().unwrap().iter().any(|e| e["id"] == id),
+        "{events}"
+    );
+    let (_, events) = viewer.get("/api/v1/events?severity=warning").unwrap();
+    let acked = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == id)
+        .unwrap();
+    assert_eq!(acked["acked_by"], "otto");
+    let (s, _) = viewer.get("/api/v1/events?severity=loud").unwrap();
+    assert_eq!(s, 400);
+}

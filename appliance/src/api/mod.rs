@@ -43,6 +43,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         volumes::create, volumes::list, volumes::get, volumes::resize, volumes::delete,
         nvme::create, nvme::list, nvme::get, nvme::update, nvme::delete, nvme::add_namespace, nvme::remove_namespace,
         system::sessions, system::disconnect, system::pool, system::audit,
+        events::list, events::ack,
         crate::system::system_info, crate::system::update_history, crate::system::update,
     ),
     components(schemas(Problem)),
@@ -123,6 +124,8 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions/{id}", axum::routing::delete(system::disconnect))
         .route("/pool", get(system::pool))
         .route("/audit", get(system::audit))
+        .route("/events", get(events::list))
+        .route("/events/{id}/ack", post(events::ack))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found);
     Router::new()

@@ -89,6 +89,21 @@ const MIGRATIONS: &[&str] = &[
         value TEXT NOT NULL
     );
     "#,
+    // 2: events and alerts (pool health, device health, capacity, failed logins).
+    r#"
+    CREATE TABLE events (
+        id          INTEGER PRIMARY KEY,
+        at          INTEGER NOT NULL,
+        severity    TEXT NOT NULL CHECK (severity IN ('info', 'warning', 'critical')),
+        kind        TEXT NOT NULL,
+        subject     TEXT NOT NULL,
+        message     TEXT NOT NULL,
+        acked_at    INTEGER,
+        acked_by    TEXT,
+        resolved_at INTEGER
+    );
+    CREATE INDEX events_open ON events(kind, subject) WHERE resolved_at IS NULL;
+    "#,
 ];
 
 /// The schema version this binary writes.

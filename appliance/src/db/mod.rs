@@ -6,6 +6,7 @@
 //! transaction, so the audit log can never disagree with the data.
 
 pub mod audit;
+pub mod events;
 pub mod migrations;
 pub mod model;
 pub mod nvme;

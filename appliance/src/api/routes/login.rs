@@ -14,6 +14,7 @@ use crate::api::auth::{Auth, RemoteAddr, SESSION_COOKIE};
 use crate::api::errors::{AuthErrors, BodyErrors};
 use crate::api::extract::ApiJson;
 use crate::api::problem::{ApiResult, Problem};
+use crate::db::events::Severity;
 use crate::db::tokens::{TokenKind, SESSION_TTL_SECS};
 use crate::db::{rfc3339, Actor, Role};
 use crate::state::AppState;
@@ -84,6 +85,15 @@ pub async fn login(
     let Some(user) = user else {
         state.login_limiter.record_failure(&keys, Instant::now());
         tracing::warn!(user = %req.username, remote = %remote, "failed API login");
+        let message = format!("failed web/API login as {:?} from {remote}", req.username);
+        let subject = req.username.clone();
+        let raised = state
+            .db
+            .call(move |db| db.raise_event(Severity::Warning, "auth.failed", &subject, &message))
+            .await;
+        if let Err(e) = raised {
+            tracing::error!(error = %e, "recording a failed-login event");
+        }
         return Err(Problem::unauthorized("wrong user name or password"));
     };
     state.login_limiter.record_success(&user_key);

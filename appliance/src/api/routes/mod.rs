@@ -1,5 +1,6 @@
 //! Route handlers, one module per resource.
 
+pub mod events;
 pub mod health;
 pub mod login;
 pub mod nvme;
