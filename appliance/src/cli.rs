@@ -48,6 +48,14 @@ pub struct ServeArgs {
     /// NVMe/TCP, I/O and discovery.
     #[arg(long, env = "QUARRY_NVME_LISTEN", default_value = "0.0.0.0:4420")]
     pub nvme_listen: SocketAddr,
+    /// An extra NVMe/TCP listener for discovery only (conventionally port 8009), as
+    /// `nvme discover` uses by default. Off unless given.
+    #[arg(long, env = "QUARRY_NVME_DISCOVERY_LISTEN")]
+    pub nvme_discovery_listen: Option<SocketAddr>,
+    /// Address hosts should use to reach `--nvme-listen`, put in discovery log entries
+    /// instead of the bound address (for NAT and port forwards).
+    #[arg(long, env = "QUARRY_NVME_ADVERTISE")]
+    pub nvme_advertise: Option<String>,
     /// Web UI, REST API and `/metrics`.
     #[arg(long, env = "QUARRY_HTTP_LISTEN", default_value = "0.0.0.0:8080")]
     pub http_listen: SocketAddr,

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
 use crate::db::{Actor, Db, Role};
+use crate::nvme_service::ports::PortRole;
 use crate::pool::DirectoryPool;
 use crate::state::AppState;
 use crate::{api, credentials, logging, nvme_service, smb_service};
@@ -103,6 +104,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let http = bind(args.http_listen, "--http-listen", "HTTP")?;
     let smb = bind(args.smb_listen, "--smb-listen", "SMB")?;
     let nvme = bind(args.nvme_listen, "--nvme-listen", "NVMe/TCP")?;
+    let nvme_discovery = match args.nvme_discovery_listen {
+        Some(addr) => Some(bind(addr, "--nvme-discovery-listen", "NVMe/TCP discovery")?),
+        None => None,
+    };
 
     let db = Db::open(&data.join(DB_FILE))
         .with_context(|| format!("opening {}", data.join(DB_FILE).display()))?;
@@ -122,11 +127,24 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("scanning shares")??;
     }
     let state = AppState::new(db.clone(), pool.clone(), data.clone());
+    state
+        .nvme_ports
+        .add(nvme, None, PortRole::Cli, args.nvme_advertise.clone())
+        .context("registering the NVMe/TCP listener")?;
+    if let Some(listener) = nvme_discovery {
+        state
+            .nvme_ports
+            .add(listener, None, PortRole::Discovery, None)
+            .context("registering the NVMe/TCP discovery listener")?;
+    }
     let shutdown = CancellationToken::new();
 
     tracing::info!(url = %format!("http://{}/", args.http_listen), "web UI and REST API listening (API at /api/v1)");
     tracing::info!(url = %format!("smb://{}/", args.smb_listen), "SMB listening");
     tracing::info!(url = %format!("nvme+tcp://{}", args.nvme_listen), "NVMe/TCP listening");
+    if let Some(addr) = args.nvme_discovery_listen {
+        tracing::info!(url = %format!("nvme+tcp://{addr}"), "NVMe/TCP discovery listening");
+    }
 
     let mut tasks = tokio::task::JoinSet::new();
     {
@@ -143,7 +161,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         });
     }
     tasks.spawn(smb_service::run(smb, state.clone(), shutdown.clone()));
-    tasks.spawn(nvme_service::run(nvme, state.clone(), shutdown.clone()));
+    tasks.spawn(nvme_service::run(state.clone(), shutdown.clone()));
     tasks.spawn(flush_usage_periodically(state.clone(), shutdown.clone()));
     tasks.spawn(watchdog(shutdown.clone()));
 
@@ -244,10 +262,11 @@ async fn watchdog(shutdown: CancellationToken) -> anyhow::Result<()> {
 
 /// Refuses obviously wrong argument combinations before anything starts.
 pub fn check_args(args: &ServeArgs) -> anyhow::Result<()> {
-    let addrs = [args.http_listen, args.smb_listen, args.nvme_listen];
+    let mut addrs = vec![args.http_listen, args.smb_listen, args.nvme_listen];
+    addrs.extend(args.nvme_discovery_listen);
     for (i, a) in addrs.iter().enumerate() {
         if addrs[..i].contains(a) && a.port() != 0 {
-            bail!("two listeners share {a}: give --http-listen, --smb-listen and --nvme-listen different ports");
+            bail!("two listeners share {a}: give --http-listen, --smb-listen, --nvme-listen and --nvme-discovery-listen different ports");
         }
     }
     Ok(())

@@ -7,6 +7,7 @@ use tokio::sync::broadcast;
 
 use crate::api::ratelimit::LoginLimiter;
 use crate::db::Db;
+use crate::nvme_service::ports::NvmePorts;
 use crate::pool::DirectoryPool;
 use crate::sessions::SessionRegistry;
 
@@ -42,6 +43,8 @@ pub struct AppState {
     pub data_dir: PathBuf,
     /// Failed-login throttle.
     pub login_limiter: Arc<LoginLimiter>,
+    /// NVMe/TCP listeners (command-line and API-added).
+    pub nvme_ports: Arc<NvmePorts>,
 }
 
 impl AppState {
@@ -55,6 +58,7 @@ impl AppState {
             sessions: SessionRegistry::default(),
             data_dir,
             login_limiter: Arc::new(LoginLimiter::default()),
+            nvme_ports: Arc::new(NvmePorts::default()),
         }
     }
 

@@ -25,7 +25,18 @@ const GUEST_TIMEOUT_SECS: u64 = 2400;
 #[test]
 #[ignore = "boots a qemu TCG guest (minutes); run with --ignored"]
 fn nvme_linux_kernel_initiator_acceptance() -> anyhow::Result<()> {
-    let p = QuarryProcess::start()?;
+    // A discovery-only port, and the address the guest reaches us on advertised in
+    // discovery log entries (through qemu's NAT it is not our bind address).
+    let dir = tempfile::tempdir()?;
+    let disc_port = quarry_tests::free_port()?;
+    let disc = format!("127.0.0.1:{disc_port}");
+    let p = QuarryProcess::start_with(
+        &dir.path().join("data"),
+        &[
+            ("QUARRY_NVME_DISCOVERY_LISTEN", disc.as_str()),
+            ("QUARRY_NVME_ADVERTISE", guest::HOST_FROM_GUEST),
+        ],
+    )?;
     let api = p.admin()?;
     for (name, size) in [("guest1", 512u64 << 20), ("guest2", 64u64 << 20)] {
         let (s, b) = api.post(
@@ -53,6 +64,8 @@ fn nvme_linux_kernel_initiator_acceptance() -> anyhow::Result<()> {
     let run = guest::GuestRun::new(&["nvme_tcp"])
         .param("NVME_ADDR", guest::HOST_FROM_GUEST)
         .param("NVME_PORT", &p.nvme.port().to_string())
+        .param("NVME_DISC_PORT", &disc_port.to_string())
+        .param("NVME_EXPECT_TRADDR", guest::HOST_FROM_GUEST)
         .param("NVME_NQN", NQN)
         .param("NVME_HOSTNQN", HOSTNQN)
         .param("NVME_DENIED_HOSTNQN", DENIED)

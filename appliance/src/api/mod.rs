@@ -44,6 +44,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         nvme::create, nvme::list, nvme::get, nvme::update, nvme::delete, nvme::add_namespace, nvme::remove_namespace,
         system::sessions, system::disconnect, system::pool, system::audit,
         events::list, events::ack,
+        nvme_listeners::list, nvme_listeners::create, nvme_listeners::delete,
         crate::system::system_info, crate::system::update_history, crate::system::update,
     ),
     components(schemas(Problem)),
@@ -119,6 +120,14 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/nvme/subsystems/{nqn}/namespaces/{nsid}",
             axum::routing::delete(nvme::remove_namespace),
+        )
+        .route(
+            "/nvme/listeners",
+            get(nvme_listeners::list).post(nvme_listeners::create),
+        )
+        .route(
+            "/nvme/listeners/{id}",
+            axum::routing::delete(nvme_listeners::delete),
         )
         .route("/sessions", get(system::sessions))
         .route("/sessions/{id}", axum::routing::delete(system::disconnect))

@@ -104,6 +104,18 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX events_open ON events(kind, subject) WHERE resolved_at IS NULL;
     "#,
+    // 3: NVMe-oF listeners (ports) added through the API, beyond the command-line ones.
+    r#"
+    CREATE TABLE nvme_listeners (
+        id         INTEGER PRIMARY KEY,
+        transport  TEXT NOT NULL CHECK (transport IN ('tcp', 'rdma')),
+        address    TEXT NOT NULL,
+        port       INTEGER NOT NULL CHECK (port BETWEEN 1 AND 65535),
+        advertise  TEXT,
+        created_at INTEGER NOT NULL,
+        UNIQUE (transport, address, port)
+    );
+    "#,
 ];
 
 /// The schema version this binary writes.

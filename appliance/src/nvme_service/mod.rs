@@ -6,6 +6,7 @@
 //! call returns sees its effect.
 
 mod device;
+pub mod ports;
 mod sessions;
 
 use std::collections::HashMap;
@@ -13,10 +14,9 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use quarry_nvmeof::target::{
-    ConfigSource, IoCounters, NamespaceConfig, SubsystemConfig, Target, TargetConfig,
+    ConfigSource, IoCounters, NamespaceConfig, PortConfig, SubsystemConfig, Target, TargetConfig,
     TargetIdentity,
 };
-use tokio::net::TcpListener;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
@@ -37,7 +37,7 @@ struct VolumeCache {
 
 /// What the last configuration was built from: reloads that find the same rows do
 /// nothing.
-type Fingerprint = (Vec<Subsystem>, Vec<(String, u64)>);
+type Fingerprint = (Vec<Subsystem>, Vec<(String, u64)>, Vec<PortConfig>);
 
 /// The config DB as the target's [`ConfigSource`]: consulted on every change
 /// notification and before every admin Connect.
@@ -63,22 +63,20 @@ impl ConfigSource for DbSource {
             .collect();
         volumes.sort();
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let fp = (subsystems, volumes);
+        let fp = (subsystems, volumes, self.state.nvme_ports.discovery_ports());
         if inner.1.as_ref() == Some(&fp) {
             return Ok(None);
         }
-        let cfg = build_config(&self.state, &mut inner.0, &fp.0, &fp.1);
+        let mut cfg = build_config(&self.state, &mut inner.0, &fp.0, &fp.1);
+        cfg.ports = fp.2.clone();
         inner.1 = Some(fp);
         Ok(Some(cfg))
     }
 }
 
-/// Serves NVMe/TCP on `listener` until `shutdown` is cancelled.
-pub async fn run(
-    listener: TcpListener,
-    state: AppState,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+/// Serves NVMe/TCP on every listener in `state.nvme_ports` (and on those stored in the
+/// DB, bound here) until `shutdown` is cancelled.
+pub async fn run(state: AppState, shutdown: CancellationToken) -> anyhow::Result<()> {
     let mut changes = state.changes.subscribe();
     let source = Arc::new(DbSource {
         state: state.clone(),
@@ -119,9 +117,68 @@ pub async fn run(
         }
     });
 
-    quarry_nvmeof::transport::serve(listener, target, None, shutdown)
-        .await
-        .context("NVMe/TCP listener failed")
+    state.nvme_ports.start(target.clone(), shutdown.clone());
+    bind_stored_listeners(&state).await;
+    // The stored listeners change the discovery log's port list.
+    let t = target.clone();
+    if let Ok(Err(e)) = tokio::task::spawn_blocking(move || t.refresh()).await {
+        tracing::warn!(error = %e, "NVMe config reload failed");
+    }
+    shutdown.cancelled().await;
+    Ok(())
+}
+
+/// Binds the listeners added through the API in earlier runs. One that cannot be bound
+/// (its address is gone, its port taken) is reported as an event, not a failed start:
+/// the appliance must stay manageable.
+async fn bind_stored_listeners(state: &AppState) {
+    let db = state.db.clone();
+    let stored = match db.call(|db| db.nvme_listeners()).await {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::error!(error = %e, "reading stored NVMe listeners");
+            return;
+        }
+    };
+    for l in stored {
+        let addr = std::net::SocketAddr::new(l.address, l.port);
+        let subject = format!("tcp://{addr}");
+        let bound = tokio::net::TcpListener::bind(addr)
+            .await
+            .and_then(|listener| {
+                state.nvme_ports.add(
+                    listener,
+                    Some(l.id),
+                    ports::PortRole::Api,
+                    l.advertise.clone(),
+                )
+            });
+        let db = state.db.clone();
+        let event = match bound {
+            Ok(_) => {
+                tracing::info!(url = %format!("nvme+tcp://{addr}"), "NVMe/TCP listening (added through the API)");
+                db.call(move |db| db.resolve_condition("nvme.listener", &subject).map(|_| ()))
+                    .await
+            }
+            Err(e) => {
+                tracing::error!(listener = %addr, error = %e, "cannot bind a stored NVMe/TCP listener");
+                let message = format!("cannot bind NVMe/TCP listener {addr}: {e}");
+                db.call(move |db| {
+                    db.raise_condition(
+                        crate::db::events::Severity::Warning,
+                        "nvme.listener",
+                        &subject,
+                        &message,
+                    )
+                    .map(|_| ())
+                })
+                .await
+            }
+        };
+        if let Err(e) = event {
+            tracing::error!(error = %e, "recording a listener event");
+        }
+    }
 }
 
 /// Builds the target configuration from DB rows, opening the volume files they name.
@@ -184,5 +241,8 @@ fn build_config(
     }
     // Close files of volumes no namespace uses any more.
     cache.open.retain(|k, _| used.contains(k));
-    TargetConfig { subsystems: out }
+    TargetConfig {
+        subsystems: out,
+        ports: Vec::new(),
+    }
 }

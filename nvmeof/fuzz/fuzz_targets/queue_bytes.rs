@@ -28,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
                 label: "fuzz".into(),
             }],
         }],
+        ports: vec![],
     };
     let target = Target::new(cfg, TargetIdentity::default(), None);
     let listener = ListenerInfo {

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::config::{SubsystemConfig, TargetConfig};
+use super::config::{PortConfig, SubsystemConfig, TargetConfig};
 use super::controller::*;
 use super::limits::*;
 use crate::spec::fabrics::prop;
@@ -297,28 +297,54 @@ fn smart(ctx: &AdminCtx<'_>, nsid: u32) -> Result<Vec<u8>, Status> {
 }
 
 fn discovery_log(ctx: &AdminCtx<'_>) -> Vec<u8> {
+    // Each port a host may connect to, with wildcard addresses replaced by the address
+    // this discovery connection arrived on (a host reaches the others the same way).
+    let here = PortConfig {
+        portid: 1,
+        traddr: ctx.listener.traddr.clone(),
+        trsvcid: ctx.listener.trsvcid.clone(),
+    };
+    let ports: Vec<PortConfig> = if ctx.cfg.ports.is_empty() {
+        vec![here]
+    } else {
+        ctx.cfg
+            .ports
+            .iter()
+            .map(|p| PortConfig {
+                traddr: if p.is_wildcard() {
+                    ctx.listener.traddr.clone()
+                } else {
+                    p.traddr.clone()
+                },
+                ..p.clone()
+            })
+            .collect()
+    };
     let entries: Vec<DiscoveryEntry> = ctx
         .cfg
         .subsystems
         .iter()
         .filter(|s| s.allows(&ctx.ctrl.hostnqn))
-        .map(|s| DiscoveryEntry {
-            trtype: TRTYPE_TCP,
-            adrfam: if ctx.listener.ipv6 {
-                ADRFAM_IPV6
-            } else {
-                ADRFAM_IPV4
-            },
-            subtype: SUBTYPE_NVM,
-            // No secure channel required; SQ flow control disable supported.
-            treq: 0x02 | 0x04,
-            portid: 1,
-            cntlid: DYNAMIC_CNTLID,
-            asqsz: MAX_QUEUE_ENTRIES,
-            trsvcid: ctx.listener.trsvcid.clone(),
-            subnqn: s.nqn.clone(),
-            traddr: ctx.listener.traddr.clone(),
+        .flat_map(|s| {
+            ports.iter().map(move |p| DiscoveryEntry {
+                trtype: TRTYPE_TCP,
+                adrfam: if p.traddr.contains(':') {
+                    ADRFAM_IPV6
+                } else {
+                    ADRFAM_IPV4
+                },
+                subtype: SUBTYPE_NVM,
+                // No secure channel required; SQ flow control disable supported.
+                treq: 0x02 | 0x04,
+                portid: p.portid,
+                cntlid: DYNAMIC_CNTLID,
+                asqsz: MAX_QUEUE_ENTRIES,
+                trsvcid: p.trsvcid.clone(),
+                subnqn: s.nqn.clone(),
+                traddr: p.traddr.clone(),
+            })
         })
+        .take(MAX_DISCOVERY_ENTRIES)
         .collect();
     encode_discovery_log(ctx.target.discovery_genctr(), &entries)
 }

@@ -119,6 +119,30 @@ impl SubsystemConfig {
 pub struct TargetConfig {
     /// Every subsystem.
     pub subsystems: Vec<SubsystemConfig>,
+    /// Every port (listener) I/O queues may connect to, for the discovery log. Empty
+    /// means "only the port the discovery controller was reached on".
+    pub ports: Vec<PortConfig>,
+}
+
+/// One NVMe/TCP port as the discovery log describes it. Why here and not taken from
+/// the connection: a discovery controller reached on one address must list every
+/// address a host may use, including ones bound later through the API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortConfig {
+    /// Port ID reported in discovery log entries (unique per port).
+    pub portid: u16,
+    /// Address to report; a wildcard (`0.0.0.0`, `::`) or empty address means "the
+    /// address the discovery connection arrived on".
+    pub traddr: String,
+    /// TCP port as text.
+    pub trsvcid: String,
+}
+
+impl PortConfig {
+    /// Whether [`PortConfig::traddr`] stands for "any local address".
+    pub fn is_wildcard(&self) -> bool {
+        matches!(self.traddr.as_str(), "" | "0.0.0.0" | "::" | "[::]")
+    }
 }
 
 impl TargetConfig {

@@ -45,3 +45,6 @@ pub const DSM_RANGE_LEN: usize = 16;
 pub const MAX_LOG_TRANSFER: u32 = 1 << 20;
 /// NVMe version reported (1.3.0).
 pub const NVME_VERSION: u32 = 0x0001_0300;
+/// Most discovery log entries served (subsystems x ports): keeps the log inside
+/// [`MAX_LOG_TRANSFER`] with its 1 KiB header.
+pub const MAX_DISCOVERY_ENTRIES: usize = (MAX_LOG_TRANSFER as usize / 1024) - 1;

@@ -11,8 +11,8 @@ pub mod queue;
 
 pub use admin::ListenerInfo;
 pub use config::{
-    BlockDevice, ConfigSource, IoCounters, NamespaceConfig, SubsystemConfig, TargetConfig,
-    TargetIdentity,
+    BlockDevice, ConfigSource, IoCounters, NamespaceConfig, PortConfig, SubsystemConfig,
+    TargetConfig, TargetIdentity,
 };
 pub use controller::{Controller, SessionHooks, SessionObserver, Target};
 pub use queue::{Output, Queue};

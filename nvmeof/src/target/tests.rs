@@ -8,7 +8,7 @@ use super::*;
 use crate::spec::fabrics::FCTYPE_PROPERTY_SET;
 use crate::spec::fabrics::{prop, ConnectCmd, ConnectData, FCTYPE_CONNECT, FCTYPE_PROPERTY_GET};
 use crate::spec::identify::decode_ns_list;
-use crate::spec::log::decode_discovery_log;
+use crate::spec::log::{decode_discovery_log, DiscoveryEntry, ADRFAM_IPV4, ADRFAM_IPV6};
 use crate::spec::{
     admin_opc, io_opc, sc, Cqe, Sgl, Sqe, Status, SGL_ID_INCAPSULE, SGL_ID_TRANSPORT,
 };
@@ -42,6 +42,7 @@ fn config(hosts: Option<Vec<String>>, namespaces: Vec<NamespaceConfig>) -> Targe
             hosts: hosts.unwrap_or_default(),
             namespaces,
         }],
+        ports: vec![],
     }
 }
 
@@ -649,6 +650,72 @@ fn discovery_log_lists_allowed_subsystems() {
     // Identify Namespace is not for discovery controllers.
     let c = h.resp(&identify(0, 1), &[]);
     assert_eq!(c.status(), Status::generic(sc::INVALID_FIELD));
+}
+
+/// Connects a discovery controller and returns its discovery log entries.
+fn discovery_entries(t: &Arc<Target>) -> Vec<DiscoveryEntry> {
+    let mut h = Host::new(t);
+    h.icreq(Digests::NONE);
+    let mut sqe = Sqe::new(admin_opc::FABRICS, 0);
+    sqe.set_fctype(FCTYPE_CONNECT);
+    ConnectCmd {
+        recfmt: 0,
+        qid: 0,
+        sqsize: 31,
+        cattr: 0,
+        kato: 0,
+    }
+    .write(&mut sqe);
+    sqe.set_sgl(Sgl {
+        addr: 0,
+        len: 1024,
+        id: SGL_ID_INCAPSULE,
+    });
+    let data = ConnectData {
+        hostid: HOSTID,
+        cntlid: 0xffff,
+        subnqn: crate::spec::DISCOVERY_NQN.into(),
+        hostnqn: HOSTNQN.into(),
+    }
+    .to_bytes();
+    assert!(h.resp(&sqe, &data).status().is_success());
+    h.enable();
+    let mut lp = Sqe::new(admin_opc::GET_LOG_PAGE, 5);
+    lp.set_cdw(10, 0x70 | (((8192 / 4) - 1) << 16));
+    transport_sgl(&mut lp, 8192);
+    let (log, c) = h.read_cmd(&lp);
+    assert!(c.status().is_success());
+    decode_discovery_log(&log).unwrap().1
+}
+
+#[test]
+fn discovery_log_lists_every_port_with_wildcards_resolved() {
+    let dev = Arc::new(MemDevice::new(1 << 20));
+    let mut cfg = config(None, vec![ns(1, dev)]);
+    cfg.ports = vec![
+        PortConfig {
+            portid: 1,
+            traddr: "0.0.0.0".into(),
+            trsvcid: "4420".into(),
+        },
+        PortConfig {
+            portid: 2,
+            traddr: "fd00::7".into(),
+            trsvcid: "4421".into(),
+        },
+    ];
+    let t = Target::new(cfg, TargetIdentity::default(), None);
+    let entries = discovery_entries(&t);
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    // The wildcard port is reported with the address the host reached us on.
+    assert_eq!(entries[0].traddr, "127.0.0.1");
+    assert_eq!(entries[0].portid, 1);
+    assert_eq!(entries[0].adrfam, ADRFAM_IPV4);
+    assert_eq!(entries[1].traddr, "fd00::7");
+    assert_eq!(entries[1].trsvcid, "4421");
+    assert_eq!(entries[1].portid, 2);
+    assert_eq!(entries[1].adrfam, ADRFAM_IPV6);
+    assert!(entries.iter().all(|e| e.subnqn == NQN));
 }
 
 #[test]

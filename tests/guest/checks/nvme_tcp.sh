@@ -7,6 +7,7 @@
 #   NVME_NQN           subsystem NQN with a namespace 1                   required
 #   NVME_PORT          I/O controller port (default 4420)
 #   NVME_DISC_PORT     discovery port (default NVME_PORT)
+#   NVME_EXPECT_TRADDR if set: the discovery log must advertise this traddr
 #   NVME_TRANSPORT     tcp (default) or rdma
 #   NVME_DIGEST_MODES  space-separated modes, each a full pass: "plain" (no
 #                      digests) and "digest" (--hdr-digest --data-digest);
@@ -114,6 +115,12 @@ discover() {
     _out="$(nvme discover -t "$NVME_TRANSPORT" -a "$NVME_ADDR" -s "$NVME_DISC_PORT" --hostnqn="$HOSTNQN")" || return 1
     echo "$_out"
     echo "$_out" | grep -q -F "$NVME_NQN" || { echo "discovery log does not list $NVME_NQN"; return 1; }
+    # With an advertised address, entries must name the address this guest can use
+    # (what `nvme connect-all` connects to), not the target's own bind address.
+    if [ -n "${NVME_EXPECT_TRADDR:-}" ]; then
+        echo "$_out" | grep -q "traddr: *$NVME_EXPECT_TRADDR" ||
+            { echo "discovery log does not advertise traddr $NVME_EXPECT_TRADDR"; return 1; }
+    fi
 }
 
 id_ctrl() {
