@@ -36,6 +36,16 @@ pub enum LogFormat {
     Json,
 }
 
+/// How storage I/O of the NVMe target runs (a switch for benchmarks and for kernels
+/// that forbid io_uring).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IoEngine {
+    /// io_uring on a dedicated thread.
+    Uring,
+    /// tokio's blocking thread pool with positional reads and writes.
+    Threads,
+}
+
 /// Arguments of `quarry serve`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
@@ -56,6 +66,15 @@ pub struct ServeArgs {
     /// instead of the bound address (for NAT and port forwards).
     #[arg(long, env = "QUARRY_NVME_ADVERTISE")]
     pub nvme_advertise: Option<String>,
+    /// How NVMe reads and writes reach volume files: `uring` (io_uring, falling back to
+    /// `threads` when the kernel refuses it) or `threads` (tokio's blocking pool).
+    #[arg(
+        long,
+        env = "QUARRY_NVME_IO_ENGINE",
+        value_enum,
+        default_value = "uring"
+    )]
+    pub nvme_io_engine: IoEngine,
     /// Web UI, REST API and `/metrics`.
     #[arg(long, env = "QUARRY_HTTP_LISTEN", default_value = "0.0.0.0:8080")]
     pub http_listen: SocketAddr,

@@ -161,7 +161,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         });
     }
     tasks.spawn(smb_service::run(smb, state.clone(), shutdown.clone()));
-    tasks.spawn(nvme_service::run(state.clone(), shutdown.clone()));
+    tasks.spawn(nvme_service::run(
+        state.clone(),
+        args.nvme_io_engine,
+        shutdown.clone(),
+    ));
     tasks.spawn(flush_usage_periodically(state.clone(), shutdown.clone()));
     tasks.spawn(watchdog(shutdown.clone()));
 

@@ -20,22 +20,22 @@ const DIRECT_ALIGN: usize = 4096;
 
 /// A zeroed buffer of `len` bytes whose start is `DIRECT_ALIGN`-aligned, carved out of
 /// a slightly larger `Vec` (safe code; no custom allocator).
-struct Aligned {
+pub(crate) struct Aligned {
     buf: Vec<u8>,
     off: usize,
     len: usize,
 }
 
 impl Aligned {
-    fn new(len: usize) -> Option<Aligned> {
+    pub(crate) fn new(len: usize) -> Option<Aligned> {
         let buf = vec![0u8; len.checked_add(DIRECT_ALIGN)?];
         let off = buf.as_ptr().align_offset(DIRECT_ALIGN);
         (off < DIRECT_ALIGN).then_some(Aligned { buf, off, len })
     }
-    fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         &self.buf[self.off..self.off + self.len]
     }
-    fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.buf[self.off..self.off + self.len]
     }
 }
@@ -73,6 +73,12 @@ impl FileDevice {
             direct,
             size: AtomicU64::new(size),
         })
+    }
+
+    /// The `O_DIRECT` descriptor, for the io_uring executor (4 KiB-aligned offsets,
+    /// lengths and buffers only).
+    pub fn direct_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.direct.as_ref().map(|f| f.as_raw_fd())
     }
 
     /// Whether reads and writes bypass the page cache.
@@ -179,6 +185,10 @@ impl BlockDevice for FileDevice {
             Err(e) if unsupported(&e) => self.zero_by_writing(offset, len),
             other => other,
         }
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 

@@ -8,6 +8,7 @@
 mod device;
 pub mod ports;
 mod sessions;
+pub mod uring;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -76,7 +77,11 @@ impl ConfigSource for DbSource {
 
 /// Serves NVMe/TCP on every listener in `state.nvme_ports` (and on those stored in the
 /// DB, bound here) until `shutdown` is cancelled.
-pub async fn run(state: AppState, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(
+    state: AppState,
+    engine: crate::cli::IoEngine,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let mut changes = state.changes.subscribe();
     let source = Arc::new(DbSource {
         state: state.clone(),
@@ -91,6 +96,17 @@ pub async fn run(state: AppState, shutdown: CancellationToken) -> anyhow::Result
     let hooks = Arc::new(sessions::Hooks::new(state.sessions.clone()));
     let target = Target::new(initial, TargetIdentity::default(), Some(hooks));
     target.set_source(source);
+    if engine == crate::cli::IoEngine::Uring {
+        match uring::UringExecutor::start() {
+            Ok(e) => {
+                target.set_executor(Arc::new(e));
+                tracing::info!("NVMe volume I/O through io_uring");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "io_uring unavailable; NVMe volume I/O on the blocking pool")
+            }
+        }
+    }
 
     let reload_target = target.clone();
     let reload_shutdown = shutdown.clone();

@@ -24,6 +24,23 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()>;
     /// Releases the storage of `len` bytes at `offset`; they then read as zeroes.
     fn deallocate(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// The device as `Any`, so an [`IoExecutor`] supplied by the same code that made the
+    /// device can recognise it (e.g. to submit its reads to io_uring). `None` by default.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+}
+
+/// Called once with the request and its result when an [`IoExecutor`] finishes it.
+pub type IoDone = Box<dyn FnOnce(super::io::IoRequest, io::Result<super::io::IoOutcome>) + Send>;
+
+/// Runs storage requests off the queue's task. Why a trait: the transport must never
+/// block its reactor on storage, and how to avoid that (a blocking thread pool, an
+/// io_uring ring) is the embedding application's choice. Without one, the transport
+/// runs [`super::io::IoRequest::execute`] on tokio's blocking pool.
+pub trait IoExecutor: Send + Sync + 'static {
+    /// Starts `req`; `done` must be called exactly once, from any thread.
+    fn submit(&self, req: super::io::IoRequest, done: IoDone);
 }
 
 /// Per-namespace I/O counters for the SMART log; atomics so queues never lock.

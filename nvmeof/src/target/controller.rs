@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::config::{ConfigSource, SubsystemConfig, TargetConfig, TargetIdentity};
+use super::config::{ConfigSource, IoExecutor, SubsystemConfig, TargetConfig, TargetIdentity};
 use super::limits::*;
 
 /// Receives a controller's traffic and tells it when an admin disconnected it.
@@ -287,6 +287,7 @@ pub struct Target {
     hooks: Option<Arc<dyn SessionHooks>>,
     discovery_genctr: AtomicU64,
     source: Mutex<Option<Arc<dyn ConfigSource>>>,
+    executor: Mutex<Option<Arc<dyn IoExecutor>>>,
 }
 
 impl std::fmt::Debug for Target {
@@ -313,7 +314,19 @@ impl Target {
             hooks,
             discovery_genctr: AtomicU64::new(1),
             source: Mutex::new(None),
+            executor: Mutex::new(None),
         })
+    }
+
+    /// Installs the executor the transport hands storage requests to (else tokio's
+    /// blocking pool). Set it before serving: queues pick it up when they start.
+    pub fn set_executor(&self, executor: Arc<dyn IoExecutor>) {
+        *lock(&self.executor) = Some(executor);
+    }
+
+    /// The installed storage executor, if any.
+    pub fn executor(&self) -> Option<Arc<dyn IoExecutor>> {
+        lock(&self.executor).clone()
     }
 
     /// Installs the configuration source consulted by [`Target::refresh`].

@@ -11,10 +11,11 @@ pub mod queue;
 
 pub use admin::ListenerInfo;
 pub use config::{
-    BlockDevice, ConfigSource, IoCounters, NamespaceConfig, PortConfig, SubsystemConfig,
-    TargetConfig, TargetIdentity,
+    BlockDevice, ConfigSource, IoCounters, IoDone, IoExecutor, NamespaceConfig, PortConfig,
+    SubsystemConfig, TargetConfig, TargetIdentity,
 };
 pub use controller::{Controller, SessionHooks, SessionObserver, Target};
+pub use io::{BlockOp, IoOutcome, IoRequest};
 pub use queue::{Output, Queue};
 
 #[cfg(test)]

@@ -127,6 +127,7 @@ pub async fn connection(
     let mut q = Queue::new(target.clone(), info, peer.to_string());
     let mut buf = BytesMut::with_capacity(RECV_BUF);
     let (io_tx, mut io_rx) = mpsc::unbounded_channel::<(IoRequest, std::io::Result<IoOutcome>)>();
+    let executor = target.executor();
     let events = Arc::new(Notify::new());
     let mut waker_installed = false;
     let mut tick = tokio::time::interval(TICK);
@@ -214,11 +215,21 @@ pub async fn connection(
                 }
                 Output::Io(req) => {
                     let tx = io_tx.clone();
-                    tokio::task::spawn_blocking(move || {
-                        let res = req.execute();
-                        // The connection may be gone; then the result is moot.
-                        let _ = tx.send((req, res));
-                    });
+                    match &executor {
+                        Some(e) => e.submit(
+                            req,
+                            Box::new(move |req, res| {
+                                // The connection may be gone; then the result is moot.
+                                let _ = tx.send((req, res));
+                            }),
+                        ),
+                        None => {
+                            tokio::task::spawn_blocking(move || {
+                                let res = req.execute();
+                                let _ = tx.send((req, res));
+                            });
+                        }
+                    }
                 }
                 Output::Close => close = true,
             }

@@ -1,0 +1,459 @@
+//! NVMe reads and writes of volume files through io_uring: one ring on one thread
+//! serves every queue, so a storage request costs a channel send and an eventfd write
+//! instead of a hop through tokio's blocking pool, and direct I/O on the volume's
+//! `O_DIRECT` descriptor runs asynchronously in the kernel. Anything the ring does not
+//! take (flush, zeroing, deallocation, unaligned I/O, devices that are not volume files)
+//! runs on the blocking pool as before.
+//!
+//! Limits: at most [`RING_ENTRIES`] operations in the ring; more wait in a queue on the
+//! ring thread (their memory is already bounded by the NVMe queues' own limits).
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::mpsc;
+
+use io_uring::{opcode, types, IoUring};
+use quarry_nvmeof::target::{BlockOp, IoDone, IoExecutor, IoOutcome, IoRequest};
+
+use super::device::{Aligned, FileDevice};
+
+/// Submission queue size of the ring (and most operations in it at once).
+pub const RING_ENTRIES: u32 = 256;
+/// `user_data` of the ring's own eventfd read.
+const WAKE_KEY: u64 = u64::MAX;
+
+/// A request handed to the ring thread.
+struct Job {
+    req: IoRequest,
+    done: IoDone,
+}
+
+/// The executor: a channel to the ring thread and the eventfd that wakes it.
+pub struct UringExecutor {
+    tx: mpsc::Sender<Job>,
+    wake: File,
+    blocking: tokio::runtime::Handle,
+}
+
+impl UringExecutor {
+    /// Creates the ring and starts its thread. Fails when the kernel refuses io_uring
+    /// (disabled by sysctl or a seccomp filter); the caller then uses the blocking pool.
+    /// Must be called inside a tokio runtime (fallback work goes to its blocking pool).
+    pub fn start() -> io::Result<UringExecutor> {
+        let ring = IoUring::new(RING_ENTRIES)?;
+        // SAFETY: eventfd has no memory-safety preconditions; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let wake = File::from(owned.try_clone()?);
+        let (tx, rx) = mpsc::channel();
+        let blocking = tokio::runtime::Handle::try_current()
+            .map_err(|e| io::Error::other(format!("no tokio runtime: {e}")))?;
+        let fallback = blocking.clone();
+        std::thread::Builder::new()
+            .name("quarry-uring".into())
+            .spawn(move || RingThread::new(ring, owned, rx, fallback).run())?;
+        Ok(UringExecutor { tx, wake, blocking })
+    }
+}
+
+fn run_blocking(handle: &tokio::runtime::Handle, job: Job) {
+    let Job { req, done } = job;
+    handle.spawn_blocking(move || {
+        let res = req.execute();
+        done(req, res);
+    });
+}
+
+impl IoExecutor for UringExecutor {
+    fn submit(&self, req: IoRequest, done: IoDone) {
+        let job = Job { req, done };
+        match self.tx.send(job) {
+            Ok(()) => {
+                if let Err(e) = (&self.wake).write_all(&1u64.to_ne_bytes()) {
+                    tracing::error!(error = %e, "waking the io_uring thread failed");
+                }
+            }
+            // The ring thread is gone (it only ends on a ring failure): keep serving.
+            Err(mpsc::SendError(job)) => run_blocking(&self.blocking, job),
+        }
+    }
+}
+
+/// Read or write, as the ring runs it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Read,
+    Write { fua: bool },
+}
+
+/// An operation in the ring: the buffer lives here until its completion arrives.
+struct InFlight {
+    job: Job,
+    dir: Dir,
+    fd: RawFd,
+    offset: u64,
+    buf: Aligned,
+    /// Bytes done so far (short transfers are resubmitted for the rest).
+    progress: usize,
+}
+
+struct RingThread {
+    ring: IoUring,
+    wake: OwnedFd,
+    wake_buf: Box<[u8; 8]>,
+    rx: mpsc::Receiver<Job>,
+    fallback: tokio::runtime::Handle,
+    inflight: HashMap<u64, InFlight>,
+    backlog: VecDeque<InFlight>,
+    next_key: u64,
+    closed: bool,
+}
+
+impl RingThread {
+    fn new(
+        ring: IoUring,
+        wake: OwnedFd,
+        rx: mpsc::Receiver<Job>,
+        fallback: tokio::runtime::Handle,
+    ) -> Self {
+        RingThread {
+            ring,
+            wake,
+            wake_buf: Box::new([0; 8]),
+            rx,
+            fallback,
+            inflight: HashMap::new(),
+            backlog: VecDeque::new(),
+            next_key: 0,
+            closed: false,
+        }
+    }
+
+    fn run(mut self) {
+        if let Err(e) = self.arm_wake() {
+            tracing::error!(error = %e, "io_uring: cannot arm the wake-up read; NVMe I/O falls back to threads");
+            self.drain_to_fallback();
+            return;
+        }
+        loop {
+            self.take_jobs();
+            self.fill_ring();
+            if self.closed && self.inflight.is_empty() && self.backlog.is_empty() {
+                return;
+            }
+            if let Err(e) = self.ring.submit_and_wait(1) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                tracing::error!(error = %e, "io_uring submit failed; NVMe I/O falls back to threads");
+                self.fail_all(&e);
+                self.drain_to_fallback();
+                return;
+            }
+            let done: Vec<(u64, i32)> = self
+                .ring
+                .completion()
+                .map(|c| (c.user_data(), c.result()))
+                .collect();
+            for (key, res) in done {
+                if key == WAKE_KEY {
+                    if let Err(e) = self.arm_wake() {
+                        tracing::error!(error = %e, "io_uring: re-arming the wake-up read failed");
+                    }
+                    continue;
+                }
+                if let Some(op) = self.inflight.remove(&key) {
+                    self.complete(op, res);
+                }
+            }
+        }
+    }
+
+    /// Queues a read of the eventfd, so a submitter's write ends `submit_and_wait`.
+    fn arm_wake(&mut self) -> io::Result<()> {
+        let sqe = opcode::Read::new(
+            types::Fd(self.wake.as_raw_fd()),
+            self.wake_buf.as_mut_ptr(),
+            8,
+        )
+        .build()
+        .user_data(WAKE_KEY);
+        // SAFETY: the buffer is owned by `self` (boxed, so it does not move) and
+        // outlives the ring; the descriptor stays open as long as `self`.
+        unsafe { self.ring.submission().push(&sqe) }
+            .map_err(|_| io::Error::other("submission queue full"))?;
+        Ok(())
+    }
+
+    /// Moves new jobs from the channel into the backlog (or the blocking pool).
+    fn take_jobs(&mut self) {
+        loop {
+            match self.rx.try_recv() {
+                Ok(job) => self.accept(job),
+                Err(mpsc::TryRecvError::Empty) => return,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.closed = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn accept(&mut self, job: Job) {
+        let direct = job
+            .req
+            .device
+            .as_any()
+            .and_then(|a| a.downcast_ref::<FileDevice>())
+            .and_then(FileDevice::direct_fd);
+        let plan = match (&job.req.op, direct) {
+            (BlockOp::Read { offset, len }, Some(fd)) if is_aligned(*offset, *len as usize) => {
+                Aligned::new(*len as usize).map(|buf| (Dir::Read, fd, *offset, buf))
+            }
+            (BlockOp::Write { offset, data, fua }, Some(fd)) if is_aligned(*offset, data.len()) => {
+                Aligned::new(data.len()).map(|mut buf| {
+                    buf.as_mut_slice().copy_from_slice(data);
+                    (Dir::Write { fua: *fua }, fd, *offset, buf)
+                })
+            }
+            _ => None,
+        };
+        match plan {
+            Some((dir, fd, offset, buf)) => self.backlog.push_back(InFlight {
+                job,
+                dir,
+                fd,
+                offset,
+                buf,
+                progress: 0,
+            }),
+            None => run_blocking(&self.fallback, job),
+        }
+    }
+
+    /// Submits backlog operations while the ring has room.
+    fn fill_ring(&mut self) {
+        // One slot stays for the wake-up read.
+        while self.inflight.len() + 1 < RING_ENTRIES as usize {
+            let Some(op) = self.backlog.pop_front() else {
+                return;
+            };
+            self.push(op);
+        }
+    }
+
+    fn push(&mut self, mut op: InFlight) {
+        let key = self.next_key;
+        self.next_key = (self.next_key + 1) % WAKE_KEY;
+        let rest = &mut op.buf.as_mut_slice()[op.progress..];
+        let (ptr, len) = (rest.as_mut_ptr(), rest.len() as u32);
+        let at = op.offset + op.progress as u64;
+        let fd = types::Fd(op.fd);
+        let sqe = match op.dir {
+            Dir::Read => opcode::Read::new(fd, ptr, len).offset(at).build(),
+            Dir::Write { fua } => opcode::Write::new(fd, ptr.cast_const(), len)
+                .offset(at)
+                .rw_flags(if fua { libc::RWF_DSYNC } else { 0 })
+                .build(),
+        }
+        .user_data(key);
+        // SAFETY: the buffer is owned by `op`, which stays in `inflight` (heap memory
+        // that does not move when the map grows: `Aligned` owns a Vec) until this
+        // operation's completion is reaped; the descriptor belongs to the device the
+        // request holds an `Arc` of, so it stays open as long as `op`.
+        let pushed = unsafe { self.ring.submission().push(&sqe) };
+        if pushed.is_err() {
+            self.backlog.push_front(op);
+            return;
+        }
+        self.inflight.insert(key, op);
+    }
+
+    fn complete(&mut self, mut op: InFlight, res: i32) {
+        if res == -libc::EAGAIN || res == -libc::EINTR {
+            self.backlog.push_front(op);
+            return;
+        }
+        if res < 0 {
+            let Job { req, done } = op.job;
+            done(req, Err(io::Error::from_raw_os_error(-res)));
+            return;
+        }
+        let n = res as usize;
+        let total = op.buf.as_slice().len();
+        if n == 0 && op.progress < total {
+            match op.dir {
+                // End of file: the rest of a volume reads as zeroes (a file shorter
+                // than its volume, e.g. after a crash during a resize).
+                Dir::Read => op.progress = total,
+                Dir::Write { .. } => {
+                    let Job { req, done } = op.job;
+                    done(req, Err(io::Error::from(io::ErrorKind::WriteZero)));
+                    return;
+                }
+            }
+        }
+        op.progress = (op.progress + n).min(total);
+        if op.progress < total {
+            self.backlog.push_front(op);
+            return;
+        }
+        let InFlight { job, dir, buf, .. } = op;
+        let Job { req, done } = job;
+        let outcome = match dir {
+            Dir::Read => IoOutcome::Read(buf.as_slice().to_vec()),
+            Dir::Write { .. } => IoOutcome::Done,
+        };
+        done(req, Ok(outcome));
+    }
+
+    fn fail_all(&mut self, e: &io::Error) {
+        // Buffers of operations the kernel may still hold must not be freed: leak them.
+        for (_, op) in self.inflight.drain() {
+            let InFlight { job, buf, .. } = op;
+            std::mem::forget(buf);
+            let Job { req, done } = job;
+            done(req, Err(io::Error::new(e.kind(), e.to_string())));
+        }
+    }
+
+    fn drain_to_fallback(&mut self) {
+        for op in self.backlog.drain(..) {
+            run_blocking(&self.fallback, op.job);
+        }
+        while let Ok(job) = self.rx.recv() {
+            run_blocking(&self.fallback, job);
+        }
+    }
+}
+
+fn is_aligned(offset: u64, len: usize) -> bool {
+    len > 0 && offset.is_multiple_of(4096) && len.is_multiple_of(4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use quarry_nvmeof::target::{BlockDevice, IoCounters};
+
+    async fn run(
+        exec: &UringExecutor,
+        device: Arc<FileDevice>,
+        op: BlockOp,
+    ) -> io::Result<IoOutcome> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let req = IoRequest {
+            cid: 1,
+            device,
+            counters: Arc::new(IoCounters::default()),
+            op,
+        };
+        exec.submit(
+            req,
+            Box::new(move |_, res| {
+                let _ = tx.send(res);
+            }),
+        );
+        rx.await.map_err(|_| io::Error::other("dropped"))?
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_and_writes_go_through_the_ring_and_fall_back_when_unaligned() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.vol");
+        File::create(&path).unwrap().set_len(1 << 20).unwrap();
+        let dev = Arc::new(FileDevice::open(&path, 1 << 20).unwrap());
+        assert!(
+            dev.direct_fd().is_some(),
+            "the test needs O_DIRECT (ext4 /tmp)"
+        );
+        let exec = UringExecutor::start().unwrap();
+
+        let data: Vec<u8> = (0..128 * 1024).map(|i| (i % 251) as u8).collect();
+        let w = BlockOp::Write {
+            offset: 64 * 1024,
+            data: data.clone(),
+            fua: true,
+        };
+        assert_eq!(run(&exec, dev.clone(), w).await.unwrap(), IoOutcome::Done);
+        let r = BlockOp::Read {
+            offset: 64 * 1024,
+            len: data.len() as u32,
+        };
+        assert_eq!(
+            run(&exec, dev.clone(), r).await.unwrap(),
+            IoOutcome::Read(data.clone())
+        );
+        // What the ring wrote is what the blocking path reads, and the other way round.
+        let mut check = vec![0u8; 4096];
+        dev.read_at(64 * 1024, &mut check).unwrap();
+        assert_eq!(check, data[..4096]);
+        // Unaligned and non-read/write operations take the blocking pool.
+        let w = BlockOp::Write {
+            offset: 10,
+            data: b"hello".to_vec(),
+            fua: false,
+        };
+        assert_eq!(run(&exec, dev.clone(), w).await.unwrap(), IoOutcome::Done);
+        let r = BlockOp::Read {
+            offset: 0,
+            len: 4096,
+        };
+        let IoOutcome::Read(page) = run(&exec, dev.clone(), r).await.unwrap() else {
+            panic!("not a read")
+        };
+        assert_eq!(&page[10..15], b"hello");
+        assert_eq!(
+            run(&exec, dev.clone(), BlockOp::Flush).await.unwrap(),
+            IoOutcome::Done
+        );
+        // Past the end of a short file: zeroes, as a hole would read.
+        let r = BlockOp::Read {
+            offset: (1 << 20) - 4096,
+            len: 8192,
+        };
+        let IoOutcome::Read(tail) = run(&exec, dev.clone(), r).await.unwrap() else {
+            panic!("not a read")
+        };
+        assert!(tail.iter().all(|&b| b == 0));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn many_concurrent_operations_beyond_the_ring_size_all_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.vol");
+        File::create(&path).unwrap().set_len(8 << 20).unwrap();
+        let dev = Arc::new(FileDevice::open(&path, 8 << 20).unwrap());
+        let exec = Arc::new(UringExecutor::start().unwrap());
+        let mut tasks = Vec::new();
+        for i in 0..(RING_ENTRIES as u64 * 2) {
+            let (exec, dev) = (exec.clone(), dev.clone());
+            tasks.push(tokio::spawn(async move {
+                let block = i % 2048;
+                let data = vec![(block % 255) as u8 + 1; 4096];
+                let w = BlockOp::Write {
+                    offset: block * 4096,
+                    data: data.clone(),
+                    fua: false,
+                };
+                run(&exec, dev.clone(), w).await.unwrap();
+                let r = BlockOp::Read {
+                    offset: block * 4096,
+                    len: 4096,
+                };
+                assert_eq!(run(&exec, dev, r).await.unwrap(), IoOutcome::Read(data));
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    }
+}
