@@ -110,6 +110,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let pool =
         Arc::new(DirectoryPool::open(&data.join("pool")).context("opening the pool directory")?);
     {
+        // Import the managed pool (mount it on DATA/pool) before any share is touched.
+        let (db, pool) = (db.clone(), pool.clone());
+        tokio::task::spawn_blocking(move || crate::pool::managed::import(&db, &pool))
+            .await
+            .context("importing the pool")??;
+    }
+    {
         let (db, pool) = (db.clone(), pool.clone());
         tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
             for share in db.list_shares()? {
@@ -145,6 +152,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tasks.spawn(smb_service::run(smb, state.clone(), shutdown.clone()));
     tasks.spawn(nvme_service::run(nvme, state.clone(), shutdown.clone()));
     tasks.spawn(flush_usage_periodically(state.clone(), shutdown.clone()));
+    tasks.spawn(crate::pool::managed::run_poller(
+        state.clone(),
+        shutdown.clone(),
+    ));
+    {
+        let st = state.clone();
+        if let Err(e) = crate::pool::managed::recover_jobs(&st) {
+            tracing::warn!(error = %e, "recovering unfinished jobs failed");
+        }
+    }
     tasks.spawn(watchdog(shutdown.clone()));
 
     if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {

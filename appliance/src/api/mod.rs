@@ -44,6 +44,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         nvme::create, nvme::list, nvme::get, nvme::update, nvme::delete, nvme::add_namespace, nvme::remove_namespace,
         system::sessions, system::disconnect, system::pool, system::audit,
         events::list, events::ack,
+        pool::create, pool::add_device, pool::remove_device, pool::replace, pool::scrub,
+        pool::devices, pool::jobs, pool::job,
         crate::system::system_info, crate::system::update_history, crate::system::update,
     ),
     components(schemas(Problem)),
@@ -122,7 +124,17 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/sessions", get(system::sessions))
         .route("/sessions/{id}", axum::routing::delete(system::disconnect))
-        .route("/pool", get(system::pool))
+        .route("/pool", get(system::pool).post(pool::create))
+        .route("/pool/devices", post(pool::add_device))
+        .route(
+            "/pool/devices/{path}",
+            axum::routing::delete(pool::remove_device),
+        )
+        .route("/pool/replace", post(pool::replace))
+        .route("/pool/scrub", post(pool::scrub))
+        .route("/devices", get(pool::devices))
+        .route("/jobs", get(pool::jobs))
+        .route("/jobs/{id}", get(pool::job))
         .route("/audit", get(system::audit))
         .route("/events", get(events::list))
         .route("/events/{id}/ack", post(events::ack))

@@ -10,6 +10,7 @@ pub mod events;
 pub mod migrations;
 pub mod model;
 pub mod nvme;
+pub mod pool;
 pub mod shares;
 pub mod tokens;
 pub mod users;

@@ -4,6 +4,7 @@ pub mod events;
 pub mod health;
 pub mod login;
 pub mod nvme;
+pub mod pool;
 pub mod shares;
 pub mod system;
 pub mod tokens;

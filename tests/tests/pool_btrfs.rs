@@ -1,0 +1,405 @@
+//! The managed btrfs pool against the real `quarry` binary over loop devices on sparse
+//! 1 GiB files: create a raid10 pool through the API, fill a quota-limited share over SMB
+//! to NT_STATUS_DISK_FULL, repair a corrupted block with a scrub, detect a failed device,
+//! replace it, and import the pool again after a restart.
+//!
+//! Needs root (loop devices, mounts). Run as another user, each test prints why it is
+//! skipped and returns. Loop devices and mounts are released by a guard even on failure.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use quarry_tests::{Api, QuarryProcess};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+const GIB: u64 = 1 << 30;
+const MIB: usize = 1 << 20;
+const USER: &str = "pooluser";
+const PASS: &str = "pooluser-secret-1";
+/// Repeated at the start of every 4 KiB block of the file the scrub test corrupts.
+const MARKER: &[u8; 16] = b"QUARRY-SCRUB-MK1";
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().expect("command runs");
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Loop devices over sparse files, and the pool mount; released on drop.
+struct Loops {
+    dir: tempfile::TempDir,
+    files: Vec<PathBuf>,
+    devs: Vec<String>,
+    mount: Option<PathBuf>,
+}
+
+impl Loops {
+    fn new(n: usize) -> Loops {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut l = Loops {
+            dir,
+            files: Vec::new(),
+            devs: Vec::new(),
+            mount: None,
+        };
+        for i in 0..n {
+            let f = l.dir.path().join(format!("d{i}.img"));
+            std::fs::File::create(&f)
+                .and_then(|h| h.set_len(GIB))
+                .expect("sparse file");
+            let dev = sh("losetup", &["-f", "--show", &f.to_string_lossy()]);
+            l.files.push(f);
+            l.devs.push(dev);
+        }
+        l
+    }
+}
+
+impl Drop for Loops {
+    fn drop(&mut self) {
+        if let Some(m) = &self.mount {
+            let _ = Command::new("umount").arg(m).output();
+            let _ = Command::new("umount").arg("-l").arg(m).output();
+        }
+        for d in &self.devs {
+            let _ = Command::new("losetup").args(["-d", d]).output();
+        }
+    }
+}
+
+fn start(data: &Path) -> QuarryProcess {
+    QuarryProcess::start_with(
+        data,
+        &[
+            ("QUARRY_ALLOW_LOOP_DEVICES", "1"),
+            ("QUARRY_POOL_POLL_SECS", "1"),
+        ],
+    )
+    .expect("quarry starts")
+}
+
+fn wait_job(api: &Api, job: &Value) -> Value {
+    let id = job["id"].as_i64().expect("job id");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let (s, j) = api.get(&format!("/api/v1/jobs/{id}")).unwrap();
+        assert_eq!(s, 200, "{j}");
+        match j["state"].as_str() {
+            Some("succeeded") => return j,
+            Some("failed") => panic!("job failed: {j}"),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "job did not finish: {j}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn wait_pool(api: &Api, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (s, p) = api.get("/api/v1/pool").unwrap();
+        assert_eq!(s, 200, "{p}");
+        if f(&p) {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "pool never became {what}: {p}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn smbclient(q: &QuarryProcess, share: &str, cmds: &str, cwd: &Path) -> String {
+    let out = Command::new("smbclient")
+        .arg(format!("//127.0.0.1/{share}"))
+        .args([
+            "-p",
+            &q.smb.port().to_string(),
+            "-U",
+            &format!("{USER}%{PASS}"),
+        ])
+        .args(["-m", "SMB3_11", "-c", cmds])
+        .current_dir(cwd)
+        .output()
+        .expect("smbclient runs");
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+fn pattern_file(path: &Path, len: usize, seed: u64) -> String {
+    let mut f = std::fs::File::create(path).unwrap();
+    let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ seed;
+    let mut buf = vec![0u8; MIB];
+    let mut h = Sha256::new();
+    let mut left = len;
+    while left > 0 {
+        for b in buf.iter_mut() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *b = state as u8;
+        }
+        let n = left.min(buf.len());
+        f.write_all(&buf[..n]).unwrap();
+        h.update(&buf[..n]);
+        left -= n;
+    }
+    hex::encode(h.finalize())
+}
+
+fn sha256_of(path: &Path) -> String {
+    hex::encode(Sha256::digest(std::fs::read(path).unwrap()))
+}
+
+/// Finds a 4 KiB block starting with [`MARKER`] in one of the backing files.
+fn find_marker(files: &[PathBuf]) -> Option<(PathBuf, u64)> {
+    for f in files {
+        let mut h = std::fs::File::open(f).ok()?;
+        let mut buf = vec![0u8; 4 * MIB];
+        let mut off = 0u64;
+        loop {
+            let n = h.read(&mut buf).ok()?;
+            if n == 0 {
+                break;
+            }
+            for blk in (0..n).step_by(4096) {
+                if buf[blk..].starts_with(MARKER) {
+                    return Some((f.clone(), off + blk as u64));
+                }
+            }
+            off += n as u64;
+        }
+    }
+    None
+}
+
+fn drop_caches() {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+}
+
+#[test]
+fn btrfs_raid10_pool_quota_scrub_failure_replace_restart() {
+    if !is_root() {
+        eprintln!("SKIPPED: the btrfs pool test needs root for loop devices and mounts");
+        return;
+    }
+    let mut loops = Loops::new(5);
+    let pool_devs = loops.devs[..4].to_vec();
+    let spare = loops.devs[4].clone();
+    let data = loops.dir.path().join("data");
+    loops.mount = Some(data.join("pool"));
+    let q = start(&data);
+    let api = q.admin().unwrap();
+
+    // Impossible requests are refused with a clear 4xx and touch nothing.
+    let (s, b) = api
+        .post(
+            "/api/v1/pool",
+            &json!({"devices": [pool_devs[0]], "profile": "raid1"}),
+        )
+        .unwrap();
+    assert_eq!(s, 422, "raid1 over one device: {b}");
+    let (s, b) = api
+        .post(
+            "/api/v1/pool",
+            &json!({"devices": ["/dev/not-a-disk"], "profile": "single"}),
+        )
+        .unwrap();
+    assert_eq!(s, 422, "unknown device: {b}");
+    let (s, devices) = api.get("/api/v1/devices").unwrap();
+    assert_eq!(s, 200, "{devices}");
+    if let Some(busy) = devices
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["busy"].is_string())
+    {
+        let (s, b) = api
+            .post(
+                "/api/v1/pool",
+                &json!({"devices": [busy["path"]], "profile": "single", "force": true}),
+            )
+            .unwrap();
+        assert_eq!(s, 409, "device in use: {b}");
+    }
+    assert!(
+        devices
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["path"] == pool_devs[0] && d["kind"] == "loop"),
+        "{devices}"
+    );
+
+    // Create the raid10 pool.
+    let (s, job) = api
+        .post(
+            "/api/v1/pool",
+            &json!({"devices": pool_devs, "profile": "raid10"}),
+        )
+        .unwrap();
+    assert_eq!(s, 202, "{job}");
+    wait_job(&api, &job);
+    let p = wait_pool(&api, "healthy", |p| p["state"] == "healthy");
+    assert_eq!(p["kind"], "btrfs", "{p}");
+    assert_eq!(p["profile"], "raid10", "{p}");
+    assert_eq!(p["devices"].as_array().unwrap().len(), 4, "{p}");
+    let (s, b) = api
+        .post(
+            "/api/v1/pool",
+            &json!({"devices": [spare], "profile": "single"}),
+        )
+        .unwrap();
+    assert_eq!(s, 409, "second pool: {b}");
+
+    // A share with a 256 MiB quota, filled over SMB to DISK_FULL.
+    let (s, b) = api
+        .post("/api/v1/users", &json!({"name": USER, "password": PASS}))
+        .unwrap();
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = api
+        .post(
+            "/api/v1/shares",
+            &json!({"name": "q", "quota_bytes": 256 * MIB}),
+        )
+        .unwrap();
+    assert_eq!(s, 201, "{b}");
+    let share_dir = data.join("pool/shares/q");
+    {
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            std::fs::metadata(&share_dir).unwrap().ino(),
+            256,
+            "the share is a btrfs subvolume"
+        );
+    }
+    let local = tempfile::tempdir().unwrap();
+    let a_sum = pattern_file(&local.path().join("a.bin"), 64 * MIB, 1);
+    pattern_file(&local.path().join("big.bin"), 220 * MIB, 2);
+    let out = smbclient(&q, "q", "put a.bin a.bin", local.path());
+    assert!(!out.contains("NT_STATUS"), "{out}");
+    let out = smbclient(&q, "q", "put big.bin big.bin", local.path());
+    assert!(out.contains("NT_STATUS_DISK_FULL"), "{out}");
+    let out = smbclient(&q, "q", "get a.bin a.back", local.path());
+    assert!(!out.contains("NT_STATUS"), "{out}");
+    assert_eq!(
+        sha256_of(&local.path().join("a.back")),
+        a_sum,
+        "a.bin intact after DISK_FULL"
+    );
+
+    // Corrupt one mirror of a data block behind btrfs's back; a scrub repairs it.
+    let mut block = vec![0u8; 4096];
+    let mut marked = Vec::with_capacity(MIB);
+    for i in 0..(MIB / 4096) {
+        block[..16].copy_from_slice(MARKER);
+        block[16..24].copy_from_slice(&(i as u64).to_le_bytes());
+        marked.extend_from_slice(&block);
+    }
+    std::fs::write(share_dir.join("marked.bin"), &marked).unwrap();
+    drop_caches();
+    let (file, off) = find_marker(&loops.files).expect("marker block found on a device");
+    {
+        let mut h = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+        h.seek(SeekFrom::Start(off)).unwrap();
+        h.write_all(&[0xAA; 4096]).unwrap();
+        h.sync_all().unwrap();
+    }
+    drop_caches();
+    let (s, job) = api.post("/api/v1/pool/scrub", &json!({})).unwrap();
+    assert_eq!(s, 202, "{job}");
+    let done = wait_job(&api, &job);
+    assert!(
+        done["detail"]["corrected_errors"].as_u64().unwrap_or(0) >= 1,
+        "scrub repaired the block: {done}"
+    );
+    assert_eq!(done["detail"]["uncorrectable_errors"], 0, "{done}");
+    drop_caches();
+    assert_eq!(std::fs::read(share_dir.join("marked.bin")).unwrap(), marked);
+
+    // A device fails (its medium disappears): the appliance notices by itself.
+    let victim = 3;
+    std::fs::File::options()
+        .write(true)
+        .open(&loops.files[victim])
+        .and_then(|f| f.set_len(0))
+        .unwrap();
+    sh("losetup", &["-c", &pool_devs[victim]]);
+    let p = wait_pool(&api, "degraded", |p| p["state"] == "degraded");
+    assert!(
+        p["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["path"] == pool_devs[victim] && d["state"] == "failed"),
+        "{p}"
+    );
+    let (_, events) = api.get("/api/v1/events").unwrap();
+    assert!(
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "pool.degraded" && e["resolved_at"].is_null()),
+        "{events}"
+    );
+    let out = smbclient(&q, "q", "get a.bin a.degraded", local.path());
+    assert!(!out.contains("NT_STATUS"), "{out}");
+    assert_eq!(sha256_of(&local.path().join("a.degraded")), a_sum);
+
+    // Replace it through the API.
+    let (s, job) = api
+        .post(
+            "/api/v1/pool/replace",
+            &json!({"old": pool_devs[victim], "new": spare}),
+        )
+        .unwrap();
+    assert_eq!(s, 202, "{job}");
+    wait_job(&api, &job);
+    let p = wait_pool(&api, "healthy again", |p| p["state"] == "healthy");
+    assert!(
+        p["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["path"] == spare),
+        "{p}"
+    );
+    let (_, events) = api.get("/api/v1/events").unwrap();
+    assert!(
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "pool.degraded")
+            .all(|e| e["resolved_at"].is_string()),
+        "{events}"
+    );
+
+    // Restart as after a reboot (pool unmounted): imported without admin action.
+    assert_eq!(q.stop().unwrap(), 0);
+    sh("umount", &[&data.join("pool").to_string_lossy()]);
+    let q = start(&data);
+    let api = q.admin().unwrap();
+    let p = wait_pool(&api, "imported", |p| {
+        p["kind"] == "btrfs" && p["state"] == "healthy"
+    });
+    assert_eq!(p["devices"].as_array().unwrap().len(), 4, "{p}");
+    let out = smbclient(&q, "q", "get a.bin a.restart", local.path());
+    assert!(!out.contains("NT_STATUS"), "{out}");
+    assert_eq!(sha256_of(&local.path().join("a.restart")), a_sum);
+    drop(q);
+}
