@@ -403,3 +403,153 @@ fn btrfs_raid10_pool_quota_scrub_failure_replace_restart() {
     assert_eq!(sha256_of(&local.path().join("a.restart")), a_sum);
     drop(q);
 }
+
+/// SHA-256 of every regular file under `dir`, by relative path.
+fn tree_sums(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, sha256_of(&p));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<()> {
+    use quarry_tests::nvme_initiator::{check, pattern, Controller, Options};
+    if !is_root() {
+        eprintln!("SKIPPED: the btrfs pool test needs root for loop devices and mounts");
+        return Ok(());
+    }
+    let mut loops = Loops::new(2);
+    let data = loops.dir.path().join("data");
+    loops.mount = Some(data.join("pool"));
+    let q = start(&data);
+    let api = q.admin()?;
+
+    // Snapshots need the managed pool.
+    let (s, b) = api.post("/api/v1/snapshots", &json!({"volume": "none"}))?;
+    assert_eq!(s, 409, "{b}");
+    let (s, job) = api.post(
+        "/api/v1/pool",
+        &json!({"devices": loops.devs, "profile": "raid1"}),
+    )?;
+    assert_eq!(s, 202, "{job}");
+    wait_job(&api, &job);
+
+    // Share: snapshot, change and delete files, restore, compare checksums.
+    let (s, b) = api.post("/api/v1/shares", &json!({"name": "snap"}))?;
+    assert_eq!(s, 201, "{b}");
+    let root = data.join("pool/shares/snap");
+    std::fs::create_dir(root.join("dir"))?;
+    pattern_file(&root.join("a.bin"), 3 * MIB, 11);
+    pattern_file(&root.join("b.bin"), MIB, 12);
+    pattern_file(&root.join("dir/c.bin"), 2 * MIB, 13);
+    let before = tree_sums(&root);
+    let (s, snap) = api.post(
+        "/api/v1/snapshots",
+        &json!({"share": "snap", "name": "before"}),
+    )?;
+    assert_eq!(s, 201, "{snap}");
+    let (s, b) = api.post(
+        "/api/v1/snapshots",
+        &json!({"share": "snap", "name": "before"}),
+    )?;
+    assert_eq!(s, 409, "duplicate snapshot: {b}");
+    pattern_file(&root.join("a.bin"), MIB, 21);
+    std::fs::remove_file(root.join("b.bin"))?;
+    std::fs::remove_dir_all(root.join("dir"))?;
+    pattern_file(&root.join("new.bin"), MIB, 22);
+    assert_ne!(tree_sums(&root), before);
+    let (s, b) = api.post(
+        &format!("/api/v1/snapshots/{}/restore", snap["id"]),
+        &json!({}),
+    )?;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        tree_sums(&root),
+        before,
+        "restored contents match the snapshot"
+    );
+
+    // Volume: write over NVMe, snapshot, overwrite, clone the snapshot as a second
+    // namespace and read the old data from it; restore the original and read it back.
+    let nqn = "nqn.2026-11.io.quarry:pool";
+    let (s, b) = api.post(
+        "/api/v1/volumes",
+        &json!({"name": "v", "size_bytes": 64 * MIB}),
+    )?;
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = api.post(
+        "/api/v1/nvme/subsystems",
+        &json!({"nqn": nqn, "allow_any_host": true}),
+    )?;
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = api.post(
+        &format!("/api/v1/nvme/subsystems/{nqn}/namespaces"),
+        &json!({"volume": "v"}),
+    )?;
+    assert!(s < 300, "{b}");
+    let mut c = Controller::connect(&Options::new(q.nvme, nqn)).await?;
+    let (_, bs) = c.namespace_size(1).await?;
+    let original = pattern(0, 1, 64 * 1024);
+    check(
+        &c.write(0, 1, 0, original.clone(), bs, true).await?,
+        "write",
+    )?;
+    let (s, vsnap) = api.post("/api/v1/snapshots", &json!({"volume": "v"}))?;
+    assert_eq!(s, 201, "{vsnap}");
+    let newer = pattern(0, 2, 64 * 1024);
+    check(
+        &c.write(0, 1, 0, newer.clone(), bs, true).await?,
+        "overwrite",
+    )?;
+    assert_eq!(c.read(0, 1, 0, 16, bs).await?, newer);
+    let (s, b) = api.post(
+        "/api/v1/volumes",
+        &json!({"name": "vclone", "from_snapshot": vsnap["id"]}),
+    )?;
+    assert_eq!(s, 201, "{b}");
+    assert_eq!(b["size_bytes"], 64 * MIB, "{b}");
+    let (s, b) = api.post(
+        &format!("/api/v1/nvme/subsystems/{nqn}/namespaces"),
+        &json!({"volume": "vclone", "nsid": 2}),
+    )?;
+    assert!(s < 300, "{b}");
+    let mut c2 = Controller::connect(&Options::new(q.nvme, nqn)).await?;
+    assert_eq!(c2.namespaces().await?, vec![1, 2]);
+    assert_eq!(
+        c2.read(0, 2, 0, 16, bs).await?,
+        original,
+        "the clone holds the snapshot"
+    );
+    let (s, b) = api.post(
+        &format!("/api/v1/snapshots/{}/restore", vsnap["id"]),
+        &json!({}),
+    )?;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(c2.read(0, 1, 0, 16, bs).await?, original, "volume restored");
+
+    // Listing and deleting.
+    let (s, list) = api.get("/api/v1/snapshots?volume=v")?;
+    assert_eq!(s, 200, "{list}");
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+    let (s, b) = api.delete(&format!("/api/v1/snapshots/{}", snap["id"]))?;
+    assert_eq!(s, 204, "{b}");
+    assert!(!data.join("pool/.snapshots/shares/snap/before").exists());
+    let (s, _) = api.delete(&format!("/api/v1/snapshots/{}", snap["id"]))?;
+    assert_eq!(s, 404);
+    drop(c);
+    drop(c2);
+    drop(q);
+    Ok(())
+}

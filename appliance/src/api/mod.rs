@@ -46,6 +46,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         events::list, events::ack,
         pool::create, pool::add_device, pool::remove_device, pool::replace, pool::scrub,
         pool::devices, pool::jobs, pool::job,
+        snapshots::create, snapshots::list, snapshots::delete, snapshots::restore,
         crate::system::system_info, crate::system::update_history, crate::system::update,
     ),
     components(schemas(Problem)),
@@ -127,7 +128,7 @@ pub fn router(state: AppState) -> Router {
         .route("/pool", get(system::pool).post(pool::create))
         .route("/pool/devices", post(pool::add_device))
         .route(
-            "/pool/devices/{path}",
+            "/pool/devices/{device}",
             axum::routing::delete(pool::remove_device),
         )
         .route("/pool/replace", post(pool::replace))
@@ -135,6 +136,9 @@ pub fn router(state: AppState) -> Router {
         .route("/devices", get(pool::devices))
         .route("/jobs", get(pool::jobs))
         .route("/jobs/{id}", get(pool::job))
+        .route("/snapshots", post(snapshots::create).get(snapshots::list))
+        .route("/snapshots/{id}", axum::routing::delete(snapshots::delete))
+        .route("/snapshots/{id}/restore", post(snapshots::restore))
         .route("/audit", get(system::audit))
         .route("/events", get(events::list))
         .route("/events/{id}/ack", post(events::ack))

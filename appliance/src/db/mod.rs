@@ -12,6 +12,7 @@ pub mod model;
 pub mod nvme;
 pub mod pool;
 pub mod shares;
+pub mod snapshots;
 pub mod tokens;
 pub mod users;
 pub mod volumes;

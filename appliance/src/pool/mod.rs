@@ -11,6 +11,7 @@ pub mod managed;
 pub mod nvme_admin;
 pub mod quota;
 mod scan;
+pub mod snapshots;
 
 use std::collections::HashMap;
 use std::fs;
@@ -214,6 +215,9 @@ impl DirectoryPool {
             map.remove(&key(&share.name));
         }
         let dir = self.root.join(&share.dataset);
+        if self.is_btrfs() {
+            self.delete_snapshots_of("shares", &share.name);
+        }
         if self.is_btrfs() && managed::is_subvolume(&dir) {
             let p = dir.to_string_lossy();
             return btrfs::run("btrfs", &["subvolume", "delete", &p], btrfs::QUICK)
@@ -274,6 +278,9 @@ impl DirectoryPool {
 
     /// Deletes a volume's backing file.
     pub fn delete_volume(&self, volume: &str) -> io::Result<()> {
+        if self.is_btrfs() {
+            self.delete_snapshots_of("volumes", volume);
+        }
         match fs::remove_file(self.volume_path(volume)) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             other => other,

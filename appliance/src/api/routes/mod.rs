@@ -6,6 +6,7 @@ pub mod login;
 pub mod nvme;
 pub mod pool;
 pub mod shares;
+pub mod snapshots;
 pub mod system;
 pub mod tokens;
 pub mod users;

@@ -200,8 +200,8 @@ pub async fn add_device(
 
 /// Removes a device from the managed pool, migrating its data first (admin); returns the
 /// job. The path is URL-escaped (`%2Fdev%2Floop3`).
-#[utoipa::path(delete, path = "/api/v1/pool/devices/{path}", tag = "pool",
-    params(("path" = String, Path, description = "Device path, URL-escaped, or devid:N")),
+#[utoipa::path(delete, path = "/api/v1/pool/devices/{device}", tag = "pool",
+    params(("device" = String, Path, description = "Device path, URL-escaped (%2Fdev%2Fnvme0n1), or devid:N")),
     responses((status = 202, description = "Started", body = Job), AuthErrors, NotFound, Conflict,
         (status = 422, description = "Not a device of the pool", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
