@@ -119,6 +119,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     {
         let (db, pool) = (db.clone(), pool.clone());
         tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+            if !pool.is_mounted() {
+                // The import failed (raised as pool.failed): start anyway so the API can
+                // show why, but serve no share from beneath the missing mount.
+                tracing::error!("the managed pool is not mounted; shares are not served");
+                return Ok(());
+            }
             for share in db.list_shares()? {
                 pool.create_dataset(&share.dataset)?;
                 pool.register_share(&share);

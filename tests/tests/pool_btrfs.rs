@@ -550,6 +550,192 @@ async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<
     assert_eq!(s, 404);
     drop(c);
     drop(c2);
+
+    // Add a third device (data rebalanced), then remove one (data migrated); a raid1
+    // pool of two devices cannot lose one.
+    let third = Loops::new(1);
+    let (s, job) = api.post("/api/v1/pool/devices", &json!({"path": third.devs[0]}))?;
+    assert_eq!(s, 202, "{job}");
+    wait_job(&api, &job);
+    let p = wait_pool(&api, "three devices", |p| {
+        p["devices"].as_array().map(Vec::len) == Some(3)
+    });
+    assert_eq!(p["state"], "healthy", "{p}");
+    let escaped = loops.devs[0].replace('/', "%2F");
+    let (s, job) = api.delete(&format!("/api/v1/pool/devices/{escaped}"))?;
+    assert_eq!(s, 202, "{job}");
+    wait_job(&api, &job);
+    let p = wait_pool(&api, "two devices", |p| {
+        p["devices"].as_array().map(Vec::len) == Some(2)
+    });
+    assert!(
+        p["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["path"] != loops.devs[0]),
+        "{p}"
+    );
+    let escaped = loops.devs[1].replace('/', "%2F");
+    let (s, b) = api.delete(&format!("/api/v1/pool/devices/{escaped}"))?;
+    assert_eq!(s, 409, "raid1 cannot shrink to one device: {b}");
+    assert_eq!(
+        tree_sums(&root),
+        before,
+        "share intact after add and remove"
+    );
+
+    // Restart as after a reboot: the pool is imported and the volumes served again.
+    assert_eq!(q.stop()?, 0);
+    sh("umount", &[&data.join("pool").to_string_lossy()]);
+    let q = start(&data);
+    let api = q.admin()?;
+    wait_pool(&api, "imported", |p| {
+        p["kind"] == "btrfs" && p["state"] == "healthy"
+    });
+    let mut c = Controller::connect(&Options::new(q.nvme, nqn)).await?;
+    assert_eq!(
+        c.read(0, 2, 0, 16, bs).await?,
+        original,
+        "clone served after restart"
+    );
+    assert_eq!(
+        c.read(0, 1, 0, 16, bs).await?,
+        original,
+        "volume served after restart"
+    );
+    assert_eq!(tree_sums(&root), before);
+    drop(c);
     drop(q);
+    drop(third);
     Ok(())
+}
+
+#[test]
+fn btrfs_scheduled_snapshots_keep_their_retention_and_scrubs_run() {
+    if !is_root() {
+        eprintln!("SKIPPED: the btrfs pool test needs root for loop devices and mounts");
+        return;
+    }
+    let mut loops = Loops::new(1);
+    let data = loops.dir.path().join("data");
+    loops.mount = Some(data.join("pool"));
+    let q = QuarryProcess::start_with(
+        &data,
+        &[
+            ("QUARRY_ALLOW_LOOP_DEVICES", "1"),
+            ("QUARRY_POOL_POLL_SECS", "1"),
+            ("QUARRY_SCHEDULE_MIN_SECS", "1"),
+        ],
+    )
+    .expect("quarry starts");
+    let api = q.admin().unwrap();
+    let (s, job) = api
+        .post(
+            "/api/v1/pool",
+            &json!({"devices": loops.devs, "profile": "single"}),
+        )
+        .unwrap();
+    assert_eq!(s, 202, "{job}");
+    wait_job(&api, &job);
+    let (s, b) = api
+        .post("/api/v1/shares", &json!({"name": "sched"}))
+        .unwrap();
+    assert_eq!(s, 201, "{b}");
+    std::fs::write(data.join("pool/shares/sched/f.txt"), b"scheduled").unwrap();
+    let (s, b) = api
+        .post(
+            "/api/v1/snapshots/schedules",
+            &json!({"share": "sched", "interval_s": 1, "keep": 2}),
+        )
+        .unwrap();
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = api
+        .post(
+            "/api/v1/snapshots",
+            &json!({"share": "sched", "name": "manual"}),
+        )
+        .unwrap();
+    assert_eq!(s, 201, "{b}");
+
+    let autos = |api: &Api| -> Vec<i64> {
+        let (_, list) = api.get("/api/v1/snapshots?share=sched").unwrap();
+        list.as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["name"].as_str().unwrap_or("").starts_with("auto-"))
+            .map(|s| s["id"].as_i64().unwrap())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        let a = autos(&api);
+        if a.len() == 2 {
+            break a;
+        }
+        assert!(a.len() < 3 && Instant::now() < deadline, "{a:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let a = autos(&api);
+        assert!(a.len() <= 2, "retention keeps 2: {a:?}");
+        if a.len() == 2 && !a.contains(&first[0]) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "old scheduled snapshots never pruned: {a:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (_, list) = api.get("/api/v1/snapshots?share=sched").unwrap();
+    assert!(
+        list.as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == "manual"),
+        "manual snapshots are never pruned: {list}"
+    );
+    let (s, scheds) = api.get("/api/v1/snapshots/schedules").unwrap();
+    assert_eq!(s, 200);
+    let id = scheds[0]["id"].as_i64().unwrap();
+    let (s, _) = api
+        .delete(&format!("/api/v1/snapshots/schedules/{id}"))
+        .unwrap();
+    assert_eq!(s, 204);
+
+    // Scheduled scrub.
+    let (s, b) = api
+        .put("/api/v1/pool/scrub/schedule", &json!({"interval_s": 1}))
+        .unwrap();
+    assert_eq!(s, 200, "{b}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, jobs) = api.get("/api/v1/jobs").unwrap();
+        if jobs
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|j| j["kind"] == "pool.scrub" && j["state"] == "succeeded")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no scheduled scrub ran: {jobs}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (s, b) = api
+        .put("/api/v1/pool/scrub/schedule", &json!({"interval_s": 0}))
+        .unwrap();
+    assert_eq!(s, 200, "{b}");
+    let (_, events) = api.get("/api/v1/events").unwrap();
+    assert!(
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "pool.scrub"),
+        "{events}"
+    );
+    drop(q);
 }

@@ -47,6 +47,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         pool::create, pool::add_device, pool::remove_device, pool::replace, pool::scrub,
         pool::devices, pool::jobs, pool::job,
         snapshots::create, snapshots::list, snapshots::delete, snapshots::restore,
+        snapshots::create_schedule, snapshots::list_schedules, snapshots::delete_schedule,
+        pool::set_scrub_schedule, pool::scrub_schedule,
         crate::system::system_info, crate::system::update_history, crate::system::update,
     ),
     components(schemas(Problem)),
@@ -139,6 +141,18 @@ pub fn router(state: AppState) -> Router {
         .route("/snapshots", post(snapshots::create).get(snapshots::list))
         .route("/snapshots/{id}", axum::routing::delete(snapshots::delete))
         .route("/snapshots/{id}/restore", post(snapshots::restore))
+        .route(
+            "/snapshots/schedules",
+            post(snapshots::create_schedule).get(snapshots::list_schedules),
+        )
+        .route(
+            "/snapshots/schedules/{id}",
+            axum::routing::delete(snapshots::delete_schedule),
+        )
+        .route(
+            "/pool/scrub/schedule",
+            get(pool::scrub_schedule).put(pool::set_scrub_schedule),
+        )
         .route("/audit", get(system::audit))
         .route("/events", get(events::list))
         .route("/events/{id}/ack", post(events::ack))

@@ -144,6 +144,16 @@ const MIGRATIONS: &[&str] = &[
         created_at INTEGER NOT NULL,
         CHECK ((share_id IS NULL) <> (volume_id IS NULL))
     );
+    CREATE TABLE snapshot_schedules (
+        id         INTEGER PRIMARY KEY,
+        share_id   INTEGER REFERENCES shares(id) ON DELETE CASCADE,
+        volume_id  INTEGER REFERENCES volumes(id) ON DELETE CASCADE,
+        interval_s INTEGER NOT NULL CHECK (interval_s > 0),
+        keep       INTEGER NOT NULL CHECK (keep > 0),
+        last_run   INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        CHECK ((share_id IS NULL) <> (volume_id IS NULL))
+    );
     "#,
 ];
 

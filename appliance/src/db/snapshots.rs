@@ -196,6 +196,115 @@ impl Db {
     }
 }
 
+/// Prefix of the names scheduled snapshots get; retention only prunes these.
+pub const AUTO_PREFIX: &str = "auto-";
+
+/// A snapshot schedule.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Schedule {
+    /// Schedule id.
+    pub id: i64,
+    /// The share it snapshots (exactly one of `share` and `volume` is set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub share: Option<String>,
+    /// The volume it snapshots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+    /// Seconds between snapshots.
+    pub interval_s: u64,
+    /// Scheduled snapshots kept; older ones are deleted.
+    pub keep: u32,
+    /// Unix seconds of the last run (0 = never).
+    pub last_run: i64,
+}
+
+const SCHEDULE_SELECT: &str = "SELECT c.id, sh.name, v.name, c.interval_s, c.keep, c.last_run
+     FROM snapshot_schedules c LEFT JOIN shares sh ON sh.id = c.share_id LEFT JOIN volumes v ON v.id = c.volume_id";
+
+fn schedule_from_row(r: &Row<'_>) -> rusqlite::Result<Schedule> {
+    Ok(Schedule {
+        id: r.get(0)?,
+        share: r.get(1)?,
+        volume: r.get(2)?,
+        interval_s: r.get::<_, i64>(3)?.max(0) as u64,
+        keep: r.get::<_, i64>(4)?.clamp(0, i64::from(u32::MAX)) as u32,
+        last_run: r.get(5)?,
+    })
+}
+
+impl Db {
+    /// Adds a snapshot schedule (audited).
+    pub fn create_schedule(
+        &self,
+        actor: &Actor,
+        of: &SnapshotOf,
+        interval_s: u64,
+        keep: u32,
+    ) -> DbResult<Schedule> {
+        let (what, owner) = match of {
+            SnapshotOf::Share(s) => ("share", s.as_str()),
+            SnapshotOf::Volume(v) => ("volume", v.as_str()),
+        };
+        let id = self.write(
+            actor,
+            "snapshot.schedule.create",
+            owner,
+            serde_json::json!({ "of": what, "interval_s": interval_s, "keep": keep }),
+            |tx| {
+                let table = if what == "share" { "shares" } else { "volumes" };
+                let id: Option<i64> = tx
+                    .query_row(&format!("SELECT id FROM {table} WHERE name = ?1"), [owner], |r| r.get(0))
+                    .optional()?;
+                let id = id.ok_or_else(|| DbError::NotFound(format!("{what} {owner}")))?;
+                let (share_id, volume_id) = if what == "share" { (Some(id), None) } else { (None, Some(id)) };
+                tx.execute(
+                    "INSERT INTO snapshot_schedules(share_id, volume_id, interval_s, keep, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![share_id, volume_id, interval_s.min(i64::MAX as u64) as i64, keep, now()],
+                )?;
+                Ok(tx.last_insert_rowid())
+            },
+        )?;
+        self.list_schedules()?
+            .into_iter()
+            .find(|s| s.id == id)
+            .ok_or_else(|| DbError::NotFound(format!("schedule {id}")))
+    }
+
+    /// Every snapshot schedule.
+    pub fn list_schedules(&self) -> DbResult<Vec<Schedule>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(&format!("{SCHEDULE_SELECT} ORDER BY c.id"))?;
+        let rows = stmt.query_map([], schedule_from_row)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Deletes a schedule (its snapshots stay).
+    pub fn delete_schedule(&self, actor: &Actor, id: i64) -> DbResult<()> {
+        self.write(
+            actor,
+            "snapshot.schedule.delete",
+            &id.to_string(),
+            serde_json::json!({}),
+            |tx| {
+                let n = tx.execute("DELETE FROM snapshot_schedules WHERE id = ?1", [id])?;
+                if n == 0 {
+                    return Err(DbError::NotFound(format!("schedule {id}")));
+                }
+                Ok(())
+            },
+        )
+    }
+
+    /// Records that a schedule ran at `at`.
+    pub fn schedule_ran(&self, id: i64, at: i64) -> DbResult<()> {
+        self.lock().execute(
+            "UPDATE snapshot_schedules SET last_run = ?1 WHERE id = ?2",
+            params![at, id],
+        )?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,5 +334,17 @@ mod tests {
         assert_eq!(db.list_snapshots(Some("x"), None).unwrap().len(), 0);
         db.delete_snapshot(&a, s.id, |_| Ok(())).unwrap();
         assert!(db.snapshot(s.id).unwrap().is_none());
+        let c = db.create_schedule(&a, &of, 3600, 24).unwrap();
+        assert_eq!(
+            (c.volume.as_deref(), c.interval_s, c.keep, c.last_run),
+            (Some("Vol1"), 3600, 24, 0)
+        );
+        db.schedule_ran(c.id, 5).unwrap();
+        assert_eq!(db.list_schedules().unwrap()[0].last_run, 5);
+        db.delete_schedule(&a, c.id).unwrap();
+        assert!(matches!(
+            db.delete_schedule(&a, c.id),
+            Err(DbError::NotFound(_))
+        ));
     }
 }

@@ -506,6 +506,17 @@ pub async fn run_poller(
     let interval = poll_interval();
     loop {
         health_round(&state).await;
+        if state.pool.is_btrfs() && state.pool.is_mounted() {
+            let (db, pool) = (state.db.clone(), state.pool.clone());
+            if let Ok(Err(e)) =
+                tokio::task::spawn_blocking(move || run_snapshot_schedules(&db, &pool)).await
+            {
+                tracing::warn!(error = %e, "running snapshot schedules failed");
+            }
+            if let Err(e) = run_scrub_schedule(&state).await {
+                tracing::warn!(error = %e, "running the scrub schedule failed");
+            }
+        }
         let db = state.db.clone();
         if let Ok(Err(e)) = tokio::task::spawn_blocking(move || poll_devices(&db)).await {
             tracing::warn!(error = %e, "recording device health failed");
@@ -516,6 +527,117 @@ pub async fn run_poller(
             _ = state.pool.kick.notified() => {}
         }
     }
+}
+
+/// Settings key of the scrub interval in seconds (absent or 0: no scheduled scrub).
+pub const SCRUB_INTERVAL_KEY: &str = "pool.scrub_interval_s";
+
+/// Shortest schedule interval the API accepts: 60 s, or `QUARRY_SCHEDULE_MIN_SECS` (tests).
+pub fn min_schedule_secs() -> u64 {
+    std::env::var("QUARRY_SCHEDULE_MIN_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .unwrap_or(60)
+}
+
+/// Takes due scheduled snapshots and prunes scheduled snapshots beyond each schedule's
+/// `keep`. Blocking.
+pub fn run_snapshot_schedules(db: &Db, pool: &DirectoryPool) -> DbResult<()> {
+    use crate::db::snapshots::{SnapshotOf, AUTO_PREFIX};
+    let now = crate::db::now();
+    for sched in db.list_schedules()? {
+        if now.saturating_sub(sched.last_run) < sched.interval_s.min(i64::MAX as u64) as i64 {
+            continue;
+        }
+        let of = match (&sched.share, &sched.volume) {
+            (Some(s), _) => SnapshotOf::Share(s.clone()),
+            (None, Some(v)) => SnapshotOf::Volume(v.clone()),
+            _ => continue,
+        };
+        db.schedule_ran(sched.id, now)?;
+        let name = format!(
+            "{AUTO_PREFIX}{}",
+            crate::api::routes::snapshots::default_name()
+        );
+        let taken = db.create_snapshot(&Actor::system(), &of, &name, |owner, rel| match &of {
+            SnapshotOf::Share(_) => pool.snapshot_share(owner, rel),
+            SnapshotOf::Volume(_) => pool.snapshot_volume(owner, rel),
+        });
+        if let Err(e) = taken {
+            tracing::warn!(schedule = sched.id, error = %e, "scheduled snapshot failed");
+            db.raise_event(
+                Severity::Warning,
+                "snapshot.failed",
+                &name,
+                &format!("scheduled snapshot {name} failed: {e}"),
+            )?;
+            continue;
+        }
+        let autos: Vec<_> = db
+            .list_snapshots(sched.share.as_deref(), sched.volume.as_deref())?
+            .into_iter()
+            .filter(|s| s.name.starts_with(AUTO_PREFIX))
+            .collect();
+        let excess = autos.len().saturating_sub(sched.keep as usize);
+        for old in autos.into_iter().take(excess) {
+            db.delete_snapshot(&Actor::system(), old.id, |s| {
+                pool.delete_snapshot_data(&s.path)
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Starts a scrub job when the scrub interval has passed since the last one.
+pub async fn run_scrub_schedule(state: &AppState) -> DbResult<()> {
+    let interval = state
+        .db
+        .call(|db| db.setting(SCRUB_INTERVAL_KEY))
+        .await?
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or(0);
+    if interval <= 0 {
+        return Ok(());
+    }
+    let jobs = state
+        .db
+        .call(|db| db.list_jobs(crate::db::pool::MAX_JOBS_LISTED))
+        .await?;
+    let last = jobs
+        .iter()
+        .filter(|j| j.kind == "pool.scrub")
+        .map(|j| j.created_at)
+        .max();
+    if jobs
+        .iter()
+        .any(|j| j.kind == "pool.scrub" && matches!(j.state, JobState::Queued | JobState::Running))
+    {
+        return Ok(());
+    }
+    // Without a previous scrub, the first is due one interval after the pool appeared.
+    let since = match last {
+        Some(t) => t,
+        None => state
+            .db
+            .call(|db| db.pool_record())
+            .await?
+            .map(|r| r.created_at)
+            .unwrap_or(0),
+    };
+    if crate::db::now().saturating_sub(since) < interval {
+        return Ok(());
+    }
+    let (pool, db) = (state.pool.clone(), state.db.clone());
+    spawn_job(
+        state,
+        Actor::system(),
+        "pool.scrub",
+        serde_json::json!({ "scheduled": true }),
+        Box::new(move |ctx| scrub(&pool, &db, &ctx)),
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Imports the recorded managed pool at start: mounts it (degraded if need be) and

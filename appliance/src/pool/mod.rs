@@ -96,6 +96,16 @@ impl DirectoryPool {
         *b = backend;
     }
 
+    /// Whether the pool's storage is there: always for the directory pool; for the managed
+    /// pool, whether its btrfs is mounted on the pool root.
+    pub fn is_mounted(&self) -> bool {
+        !self.is_btrfs()
+            || btrfs::is_btrfs_mountpoint(
+                &fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+                &self.root,
+            )
+    }
+
     /// Whether the managed btrfs pool is in use.
     pub fn is_btrfs(&self) -> bool {
         matches!(self.backend(), Backend::Btrfs { .. })
@@ -166,6 +176,12 @@ impl DirectoryPool {
         let path = self.root.join(dataset);
         if !self.is_btrfs() || path.exists() {
             return fs::create_dir_all(path);
+        }
+        if !self.is_mounted() {
+            // Never create a share in the directory beneath an unmounted pool.
+            return Err(io::Error::other(
+                "the managed pool is not mounted (see GET /api/v1/pool)",
+            ));
         }
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent)?;

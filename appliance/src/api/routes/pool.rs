@@ -403,3 +403,57 @@ pub async fn job(
         .map(Json)
         .ok_or_else(|| Problem::not_found(format!("job {id} not found")))
 }
+
+/// Scrub schedule.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScrubSchedule {
+    /// Seconds between scheduled scrubs; 0 turns scheduled scrubs off.
+    #[schema(minimum = 0, maximum = 31622400)]
+    pub interval_s: u64,
+}
+
+/// Sets how often the pool is scrubbed (admin); results arrive as `pool.scrub` events
+/// and in the scrub jobs' details.
+#[utoipa::path(put, path = "/api/v1/pool/scrub/schedule", tag = "pool", request_body = ScrubSchedule,
+    responses((status = 200, description = "Set", body = ScrubSchedule), AuthErrors, BodyErrors),
+    security(("bearer" = [])))]
+pub async fn set_scrub_schedule(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiJson(req): ApiJson<ScrubSchedule>,
+) -> ApiResult<Json<ScrubSchedule>> {
+    auth.require(Role::Admin)?;
+    let min = managed::min_schedule_secs();
+    if req.interval_s != 0 && (req.interval_s < min || req.interval_s > 31_622_400) {
+        return Err(Problem::unprocessable(format!(
+            "interval_s must be 0 (off) or {min}-31622400"
+        )));
+    }
+    let actor = auth.actor();
+    let v = req.interval_s.to_string();
+    state
+        .db
+        .call(move |db| db.set_setting(&actor, managed::SCRUB_INTERVAL_KEY, &v))
+        .await?;
+    state.pool.kick.notify_one();
+    Ok(Json(req))
+}
+
+/// The scrub schedule (viewer).
+#[utoipa::path(get, path = "/api/v1/pool/scrub/schedule", tag = "pool",
+    responses((status = 200, description = "The schedule", body = ScrubSchedule), AuthErrors),
+    security(("bearer" = [])))]
+pub async fn scrub_schedule(
+    State(state): State<AppState>,
+    auth: Auth,
+) -> ApiResult<Json<ScrubSchedule>> {
+    auth.require(Role::Viewer)?;
+    let v = state
+        .db
+        .call(|db| db.setting(managed::SCRUB_INTERVAL_KEY))
+        .await?;
+    Ok(Json(ScrubSchedule {
+        interval_s: v.and_then(|s| s.parse().ok()).unwrap_or(0),
+    }))
+}

@@ -10,7 +10,7 @@ use crate::api::auth::Auth;
 use crate::api::errors::{AuthErrors, BodyErrors, Conflict, NotFound, QueryErrors};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::api::problem::{ApiResult, Problem};
-use crate::db::snapshots::{Snapshot, SnapshotOf};
+use crate::db::snapshots::{Schedule, Snapshot, SnapshotOf};
 use crate::db::Role;
 use crate::state::{AppState, ConfigChange};
 
@@ -167,4 +167,90 @@ pub async fn restore(
         .await?;
     state.notify(ConfigChange::Shares);
     Ok(Json(snap))
+}
+
+/// Snapshot schedule request: exactly one of `share` and `volume`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSchedule {
+    /// Share to snapshot.
+    pub share: Option<String>,
+    /// Volume to snapshot.
+    pub volume: Option<String>,
+    /// Seconds between snapshots (at least 60).
+    #[schema(minimum = 1, maximum = 31622400)]
+    pub interval_s: u64,
+    /// Scheduled snapshots to keep (1-1000); older ones are deleted.
+    #[schema(minimum = 1, maximum = 1000)]
+    pub keep: u32,
+}
+
+/// Adds a snapshot schedule with retention (operator). Scheduled snapshots are named
+/// `auto-YYYYMMDD-HHMMSS`; only those are pruned.
+#[utoipa::path(post, path = "/api/v1/snapshots/schedules", tag = "snapshots", request_body = CreateSchedule,
+    responses((status = 201, description = "Created", body = Schedule), AuthErrors, BodyErrors, NotFound, Conflict),
+    security(("bearer" = [])))]
+pub async fn create_schedule(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiJson(req): ApiJson<CreateSchedule>,
+) -> ApiResult<(StatusCode, Json<Schedule>)> {
+    auth.require(Role::Operator)?;
+    let of = match (req.share, req.volume) {
+        (Some(s), None) => SnapshotOf::Share(s),
+        (None, Some(v)) => SnapshotOf::Volume(v),
+        _ => {
+            return Err(Problem::unprocessable(
+                "give exactly one of \"share\" and \"volume\"",
+            ))
+        }
+    };
+    let min = crate::pool::managed::min_schedule_secs();
+    if req.interval_s < min || req.interval_s > 31_622_400 {
+        return Err(Problem::unprocessable(format!(
+            "interval_s must be {min}-31622400"
+        )));
+    }
+    if !(1..=1000).contains(&req.keep) {
+        return Err(Problem::unprocessable("keep must be 1-1000"));
+    }
+    managed(&state)?;
+    let actor = auth.actor();
+    let sched = state
+        .db
+        .call(move |db| db.create_schedule(&actor, &of, req.interval_s, req.keep))
+        .await?;
+    state.pool.kick.notify_one();
+    Ok((StatusCode::CREATED, Json(sched)))
+}
+
+/// Lists snapshot schedules (viewer).
+#[utoipa::path(get, path = "/api/v1/snapshots/schedules", tag = "snapshots",
+    responses((status = 200, description = "Schedules", body = Vec<Schedule>), AuthErrors),
+    security(("bearer" = [])))]
+pub async fn list_schedules(
+    State(state): State<AppState>,
+    auth: Auth,
+) -> ApiResult<Json<Vec<Schedule>>> {
+    auth.require(Role::Viewer)?;
+    Ok(Json(state.db.call(|db| db.list_schedules()).await?))
+}
+
+/// Deletes a snapshot schedule; its snapshots stay (operator).
+#[utoipa::path(delete, path = "/api/v1/snapshots/schedules/{id}", tag = "snapshots",
+    params(("id" = i64, Path, description = "Schedule id")),
+    responses((status = 204, description = "Deleted"), AuthErrors, NotFound),
+    security(("bearer" = [])))]
+pub async fn delete_schedule(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiPath(id): ApiPath<i64>,
+) -> ApiResult<StatusCode> {
+    auth.require(Role::Operator)?;
+    let actor = auth.actor();
+    state
+        .db
+        .call(move |db| db.delete_schedule(&actor, id))
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
 }
