@@ -739,3 +739,86 @@ fn btrfs_scheduled_snapshots_keep_their_retention_and_scrubs_run() {
     );
     drop(q);
 }
+
+#[test]
+fn btrfs_missing_device_at_import_mounts_degraded_and_is_replaced() {
+    if !is_root() {
+        eprintln!("SKIPPED: the btrfs pool test needs root for loop devices and mounts");
+        return;
+    }
+    let mut loops = Loops::new(3);
+    let data = loops.dir.path().join("data");
+    loops.mount = Some(data.join("pool"));
+    let (a, b, spare) = (
+        loops.devs[0].clone(),
+        loops.devs[1].clone(),
+        loops.devs[2].clone(),
+    );
+    let q = start(&data);
+    let api = q.admin().unwrap();
+    let (s, job) = api
+        .post(
+            "/api/v1/pool",
+            &json!({"devices": [a, b], "profile": "raid1"}),
+        )
+        .unwrap();
+    assert_eq!(s, 202, "{job}");
+    wait_job(&api, &job);
+    let (s, body) = api.post("/api/v1/shares", &json!({"name": "m"})).unwrap();
+    assert_eq!(s, 201, "{body}");
+    let file = data.join("pool/shares/m/x.bin");
+    let sum = pattern_file(&file, 8 * MIB, 5);
+
+    // Power off, one drive pulled, power on: the pool comes up degraded by itself.
+    assert_eq!(q.stop().unwrap(), 0);
+    sh("umount", &[&data.join("pool").to_string_lossy()]);
+    sh("losetup", &["-d", &b]);
+    loops.devs.retain(|d| *d != b);
+    let q = start(&data);
+    let api = q.admin().unwrap();
+    let p = wait_pool(&api, "degraded", |p| p["state"] == "degraded");
+    let missing = p["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["state"] == "missing")
+        .unwrap_or_else(|| panic!("a missing device: {p}"))["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(missing.starts_with("devid:"), "{missing}");
+    let (_, events) = api.get("/api/v1/events").unwrap();
+    assert!(
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "pool.degraded" && e["resolved_at"].is_null()),
+        "{events}"
+    );
+    assert_eq!(sha256_of(&file), sum, "data readable while degraded");
+
+    let (s, job) = api
+        .post(
+            "/api/v1/pool/replace",
+            &json!({"old": missing, "new": spare}),
+        )
+        .unwrap();
+    assert_eq!(s, 202, "{job}");
+    wait_job(&api, &job);
+    let p = wait_pool(&api, "healthy", |p| p["state"] == "healthy");
+    assert_eq!(p["devices"].as_array().unwrap().len(), 2, "{p}");
+    assert_eq!(sha256_of(&file), sum);
+    // Chunks written while degraded were converted back: full redundancy again.
+    let df = sh(
+        "btrfs",
+        &["filesystem", "df", &data.join("pool").to_string_lossy()],
+    );
+    assert!(
+        df.lines()
+            .filter(|l| !l.starts_with("GlobalReserve"))
+            .all(|l| l.contains("RAID1")),
+        "{df}"
+    );
+    drop(q);
+}

@@ -856,6 +856,16 @@ pub fn replace(
         }
         std::thread::sleep(Duration::from_millis(500));
     }
+    // Writes made while mounted degraded may have gone to single-copy chunks: convert
+    // anything not in the pool's profiles back ("soft" skips chunks already right).
+    if let Backend::Btrfs { profile, .. } = pool.backend() {
+        let n = check(pool.root()).devices.len();
+        if let Ok((data, meta)) = profile_args(&profile, n) {
+            let d = format!("-dconvert={data},soft");
+            let m = format!("-mconvert={meta},soft");
+            btrfs::run("btrfs", &["balance", "start", &d, &m, &r], btrfs::LONG)?;
+        }
+    }
     Ok(serde_json::json!({ "old": old, "new": new, "devid": dev.devid }))
 }
 
@@ -1038,6 +1048,61 @@ mod tests {
             profile_args("raid5", 4),
             Err(PoolError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn health_raises_and_resolves_events() {
+        use crate::db::events::EventFilter;
+        let db = Db::open_in_memory().unwrap();
+        let failing = DeviceStatus {
+            path: "/dev/loop9".into(),
+            devid: 2,
+            state: DeviceState::Failed,
+            size_bytes: 1 << 30,
+            errors: DeviceErrors {
+                write_io_errs: 3,
+                ..DeviceErrors::default()
+            },
+        };
+        let degraded = Health {
+            state: PoolState::Degraded,
+            devices: vec![failing.clone()],
+            reason: Some("/dev/loop9 cannot be read".into()),
+        };
+        let full = crate::pool::Capacity {
+            size_bytes: 100,
+            used_bytes: 90,
+            available_bytes: 10,
+        };
+        raise_events(&db, &degraded, Some(full)).unwrap();
+        raise_events(&db, &degraded, Some(full)).unwrap();
+        let open = |db: &Db| {
+            db.events(EventFilter::default(), 100, None)
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.resolved_at.is_none())
+                .map(|e| e.kind)
+                .collect::<Vec<_>>()
+        };
+        let mut kinds = open(&db);
+        kinds.sort();
+        assert_eq!(kinds, ["device.errors", "pool.capacity", "pool.degraded"]);
+        let healthy = Health {
+            state: PoolState::Healthy,
+            devices: vec![DeviceStatus {
+                state: DeviceState::Online,
+                errors: DeviceErrors::default(),
+                ..failing
+            }],
+            reason: None,
+        };
+        let roomy = crate::pool::Capacity {
+            used_bytes: 10,
+            available_bytes: 90,
+            ..full
+        };
+        raise_events(&db, &healthy, Some(roomy)).unwrap();
+        assert!(open(&db).is_empty());
     }
 
     #[test]
