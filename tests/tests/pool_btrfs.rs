@@ -106,7 +106,7 @@ fn wait_job(api: &Api, job: &Value) -> Value {
     }
 }
 
-fn wait_pool(api: &Api, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+fn wait_pool(q: &QuarryProcess, api: &Api, what: &str, f: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (s, p) = api.get("/api/v1/pool").unwrap();
@@ -114,7 +114,11 @@ fn wait_pool(api: &Api, what: &str, f: impl Fn(&Value) -> bool) -> Value {
         if f(&p) {
             return p;
         }
-        assert!(Instant::now() < deadline, "pool never became {what}: {p}");
+        assert!(
+            Instant::now() < deadline,
+            "pool never became {what}: {p}\n--- appliance log ---\n{}",
+            q.log_text()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -253,7 +257,7 @@ fn btrfs_raid10_pool_quota_scrub_failure_replace_restart() {
         .unwrap();
     assert_eq!(s, 202, "{job}");
     wait_job(&api, &job);
-    let p = wait_pool(&api, "healthy", |p| p["state"] == "healthy");
+    let p = wait_pool(&q, &api, "healthy", |p| p["state"] == "healthy");
     assert_eq!(p["kind"], "btrfs", "{p}");
     assert_eq!(p["profile"], "raid10", "{p}");
     assert_eq!(p["devices"].as_array().unwrap().len(), 4, "{p}");
@@ -338,7 +342,7 @@ fn btrfs_raid10_pool_quota_scrub_failure_replace_restart() {
         .and_then(|f| f.set_len(0))
         .unwrap();
     sh("losetup", &["-c", &pool_devs[victim]]);
-    let p = wait_pool(&api, "degraded", |p| p["state"] == "degraded");
+    let p = wait_pool(&q, &api, "degraded", |p| p["state"] == "degraded");
     assert!(
         p["devices"]
             .as_array()
@@ -369,7 +373,7 @@ fn btrfs_raid10_pool_quota_scrub_failure_replace_restart() {
         .unwrap();
     assert_eq!(s, 202, "{job}");
     wait_job(&api, &job);
-    let p = wait_pool(&api, "healthy again", |p| p["state"] == "healthy");
+    let p = wait_pool(&q, &api, "healthy again", |p| p["state"] == "healthy");
     assert!(
         p["devices"]
             .as_array()
@@ -394,7 +398,7 @@ fn btrfs_raid10_pool_quota_scrub_failure_replace_restart() {
     sh("umount", &[&data.join("pool").to_string_lossy()]);
     let q = start(&data);
     let api = q.admin().unwrap();
-    let p = wait_pool(&api, "imported", |p| {
+    let p = wait_pool(&q, &api, "imported", |p| {
         p["kind"] == "btrfs" && p["state"] == "healthy"
     });
     assert_eq!(p["devices"].as_array().unwrap().len(), 4, "{p}");
@@ -557,7 +561,7 @@ async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<
     let (s, job) = api.post("/api/v1/pool/devices", &json!({"path": third.devs[0]}))?;
     assert_eq!(s, 202, "{job}");
     wait_job(&api, &job);
-    let p = wait_pool(&api, "three devices", |p| {
+    let p = wait_pool(&q, &api, "three devices", |p| {
         p["devices"].as_array().map(Vec::len) == Some(3)
     });
     assert_eq!(p["state"], "healthy", "{p}");
@@ -565,7 +569,7 @@ async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<
     let (s, job) = api.delete(&format!("/api/v1/pool/devices/{escaped}"))?;
     assert_eq!(s, 202, "{job}");
     wait_job(&api, &job);
-    let p = wait_pool(&api, "two devices", |p| {
+    let p = wait_pool(&q, &api, "two devices", |p| {
         p["devices"].as_array().map(Vec::len) == Some(2)
     });
     assert!(
@@ -590,7 +594,7 @@ async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<
     sh("umount", &[&data.join("pool").to_string_lossy()]);
     let q = start(&data);
     let api = q.admin()?;
-    wait_pool(&api, "imported", |p| {
+    wait_pool(&q, &api, "imported", |p| {
         p["kind"] == "btrfs" && p["state"] == "healthy"
     });
     let mut c = Controller::connect(&Options::new(q.nvme, nqn)).await?;
@@ -776,7 +780,7 @@ fn btrfs_missing_device_at_import_mounts_degraded_and_is_replaced() {
     loops.devs.retain(|d| *d != b);
     let q = start(&data);
     let api = q.admin().unwrap();
-    let p = wait_pool(&api, "degraded", |p| p["state"] == "degraded");
+    let p = wait_pool(&q, &api, "degraded", |p| p["state"] == "degraded");
     let missing = p["devices"]
         .as_array()
         .unwrap()
@@ -806,7 +810,7 @@ fn btrfs_missing_device_at_import_mounts_degraded_and_is_replaced() {
         .unwrap();
     assert_eq!(s, 202, "{job}");
     wait_job(&api, &job);
-    let p = wait_pool(&api, "healthy", |p| p["state"] == "healthy");
+    let p = wait_pool(&q, &api, "healthy", |p| p["state"] == "healthy");
     assert_eq!(p["devices"].as_array().unwrap().len(), 2, "{p}");
     assert_eq!(sha256_of(&file), sum);
     // Chunks written while degraded were converted back: full redundancy again.

@@ -219,21 +219,59 @@ fn mountinfo() -> String {
     fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()
 }
 
-/// Mounts the pool `uuid` on `mnt` unless it is mounted there; falls back to a degraded
-/// mount when a device is missing. Returns whether the mount is degraded.
+/// The block devices holding a member of the btrfs file system `uuid`, probed afresh
+/// (`blkid -c /dev/null`: a cached answer can name a device that now holds something else).
+pub fn member_devices(uuid: &str) -> Result<Vec<String>, PoolError> {
+    let token = format!("UUID={uuid}");
+    let (ok, out, err, status) = btrfs::run_status(
+        "blkid",
+        &["-c", "/dev/null", "-t", &token, "-o", "device"],
+        QUICK,
+    )?;
+    if !ok && !status.ends_with('2') {
+        return Err(PoolError::Failed {
+            command: format!("blkid -t {token}"),
+            status,
+            stderr: err.trim().to_string(),
+        });
+    }
+    Ok(out
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect())
+}
+
+/// Mounts the pool `uuid` on `mnt` unless it is mounted there, naming every member
+/// device found (`-o device=`) so the kernel's device registry cannot be stale; falls
+/// back to a degraded mount when a device is missing. Returns whether it is degraded.
 pub fn mount(uuid: &str, mnt: &Path) -> Result<bool, PoolError> {
     if btrfs::is_btrfs_mountpoint(&mountinfo(), mnt) {
         return Ok(false);
     }
     fs::create_dir_all(mnt).map_err(io_err(format!("creating {}", mnt.display())))?;
-    let _ = btrfs::run("btrfs", &["device", "scan"], QUICK);
-    let src = format!("UUID={uuid}");
+    let members = member_devices(uuid)?;
+    let Some(first) = members.first() else {
+        return Err(PoolError::Conflict(format!(
+            "no device holding the pool {uuid} was found"
+        )));
+    };
+    let mut scan = vec!["device", "scan"];
+    scan.extend(members.iter().map(String::as_str));
+    let _ = btrfs::run("btrfs", &scan, QUICK);
+    let devices = members
+        .iter()
+        .map(|d| format!("device={d}"))
+        .collect::<Vec<_>>()
+        .join(",");
     let m = mnt.to_string_lossy();
-    match btrfs::run("mount", &["-t", "btrfs", &src, &m], QUICK) {
+    match btrfs::run("mount", &["-t", "btrfs", "-o", &devices, first, &m], QUICK) {
         Ok(_) => Ok(false),
-        Err(first) => {
-            tracing::warn!(error = %first, "mounting the pool failed; trying a degraded mount");
-            btrfs::run("mount", &["-t", "btrfs", "-o", "degraded", &src, &m], QUICK).map(|_| true)
+        Err(first_err) => {
+            tracing::warn!(error = %first_err, "mounting the pool failed; trying a degraded mount");
+            let opts = format!("{devices},degraded");
+            btrfs::run("mount", &["-t", "btrfs", "-o", &opts, first, &m], QUICK).map(|_| true)
         }
     }
 }
@@ -738,8 +776,21 @@ pub fn recover_jobs(state: &AppState) -> DbResult<()> {
                 id: job.id,
             };
             let (db, kick) = (state.db.clone(), state.clone());
+            let old = job.detail["old"].as_str().unwrap_or_default().to_string();
             tokio::spawn(async move {
-                let res = tokio::task::spawn_blocking(move || watch_replace(&root, &ctx)).await;
+                let res = tokio::task::spawn_blocking(move || {
+                    match watch_replace(&root, &ctx) {
+                        // Finished before the restart (btrfs only reports the current
+                        // mount's replace): done if the old device left the pool.
+                        Err(PoolError::Conflict(_))
+                            if !check(&root).devices.iter().any(|d| d.path == old) =>
+                        {
+                            Ok(())
+                        }
+                        other => other,
+                    }
+                })
+                .await;
                 let _ = match res {
                     Ok(Ok(())) => db.update_job(job.id, JobState::Succeeded, 1.0, None, None),
                     Ok(Err(e)) => {
