@@ -297,6 +297,19 @@ fn btrfs_raid10_pool_quota_scrub_failure_replace_restart() {
     assert!(!out.contains("NT_STATUS"), "{out}");
     let out = smbclient(&q, "q", "put big.bin big.bin", local.path());
     assert!(out.contains("NT_STATUS_DISK_FULL"), "{out}");
+    // What reached the pool before the error is exactly the start of the file.
+    if let Ok(partial) = std::fs::read(share_dir.join("big.bin")) {
+        let source = std::fs::read(local.path().join("big.bin")).unwrap();
+        assert!(partial.len() <= 256 * MIB, "quota held: {}", partial.len());
+        // Every block is the source's (or a hole a refused write never filled).
+        for (i, (got, want)) in partial.chunks(4096).zip(source.chunks(4096)).enumerate() {
+            assert!(
+                got == &want[..got.len()] || got.iter().all(|&b| b == 0),
+                "block {i} of the partial upload ({} bytes) differs from the source",
+                partial.len()
+            );
+        }
+    }
     let out = smbclient(&q, "q", "get a.bin a.back", local.path());
     assert!(!out.contains("NT_STATUS"), "{out}");
     assert_eq!(
