@@ -478,10 +478,24 @@ pub fn raise_events(db: &Db, health: &Health, capacity: Option<super::Capacity>)
 /// Discovers devices and records their identity and (for NVMe) SMART health; raises
 /// `device.health` for critical warnings, media errors or wear. Blocking.
 pub fn poll_devices(db: &Db) -> DbResult<()> {
-    for d in devices::discover_system() {
+    for mut d in devices::discover_system() {
         let mut health = serde_json::json!({});
-        if let Some(ctrl) = &d.controller {
+        if let Some(ctrl) = d.controller.clone() {
             let node = format!("/dev/{ctrl}");
+            // Identity from Identify Controller where sysfs left a field empty.
+            if d.model.is_empty() || d.serial.is_empty() || d.firmware.is_empty() {
+                if let Ok(id) = super::nvme_admin::read_identity(Path::new(&node)) {
+                    for (field, value) in [
+                        (&mut d.model, id.model),
+                        (&mut d.serial, id.serial),
+                        (&mut d.firmware, id.firmware),
+                    ] {
+                        if field.is_empty() {
+                            *field = value;
+                        }
+                    }
+                }
+            }
             match super::nvme_admin::read_smart(Path::new(&node)) {
                 Ok(h) => {
                     let bad = h.critical_warning != 0
