@@ -596,6 +596,37 @@ async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<
     let escaped = loops.devs[1].replace('/', "%2F");
     let (s, b) = api.delete(&format!("/api/v1/pool/devices/{escaped}"))?;
     assert_eq!(s, 409, "raid1 cannot shrink to one device: {b}");
+
+    // Expand: both remaining devices grow to 2 GiB, the pool follows.
+    let size_before = api.get("/api/v1/pool")?.1["size_bytes"]
+        .as_u64()
+        .unwrap_or(0);
+    for (file, dev) in [
+        (&loops.files[1], &loops.devs[1]),
+        (&third.files[0], &third.devs[0]),
+    ] {
+        std::fs::File::options()
+            .write(true)
+            .open(file)?
+            .set_len(2 * GIB)?;
+        sh("losetup", &["-c", dev]);
+    }
+    let (s, job) = api.post("/api/v1/pool/expand", &json!({}))?;
+    assert_eq!(s, 202, "{job}");
+    wait_job(&api, &job);
+    let p = api.get("/api/v1/pool")?.1;
+    assert!(
+        p["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["size_bytes"] == 2 * GIB),
+        "{p}"
+    );
+    assert!(
+        p["size_bytes"].as_u64().unwrap_or(0) > size_before,
+        "{p} vs {size_before}"
+    );
     assert_eq!(
         tree_sums(&root),
         before,

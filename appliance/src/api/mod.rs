@@ -48,7 +48,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         pool::devices, pool::jobs, pool::job,
         snapshots::create, snapshots::list, snapshots::delete, snapshots::restore,
         snapshots::create_schedule, snapshots::list_schedules, snapshots::delete_schedule,
-        pool::set_scrub_schedule, pool::scrub_schedule,
+        pool::set_scrub_schedule, pool::scrub_schedule, pool::expand,
         crate::system::system_info, crate::system::update_history, crate::system::update,
     ),
     components(schemas(Problem)),
@@ -135,6 +135,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/pool/replace", post(pool::replace))
         .route("/pool/scrub", post(pool::scrub))
+        .route("/pool/expand", post(pool::expand))
         .route("/devices", get(pool::devices))
         .route("/jobs", get(pool::jobs))
         .route("/jobs/{id}", get(pool::job))

@@ -978,6 +978,29 @@ pub fn add_device(
     Ok(serde_json::json!({ "added": new }))
 }
 
+/// Grows the pool onto every device's full size (after drives were swapped for larger
+/// ones or namespaces grown): `btrfs filesystem resize DEVID:max` per online device.
+pub fn expand(pool: &DirectoryPool, ctx: &JobCtx) -> Result<serde_json::Value, PoolError> {
+    let r = pool.root().to_string_lossy().into_owned();
+    let devices: Vec<DeviceStatus> = check(pool.root())
+        .devices
+        .into_iter()
+        .filter(|d| d.state == DeviceState::Online)
+        .collect();
+    let before: u64 = devices.iter().map(|d| d.size_bytes).sum();
+    for (i, d) in devices.iter().enumerate() {
+        let arg = format!("{}:max", d.devid);
+        btrfs::run("btrfs", &["filesystem", "resize", &arg, &r], QUICK)?;
+        ctx.progress((i + 1) as f64 / devices.len().max(1) as f64);
+    }
+    let after: u64 = check(pool.root())
+        .devices
+        .iter()
+        .map(|d| d.size_bytes)
+        .sum();
+    Ok(serde_json::json!({ "raw_bytes_before": before, "raw_bytes_after": after }))
+}
+
 /// Checks a remove request before its job starts.
 pub fn validate_remove(pool: &DirectoryPool, path: &str) -> Result<(), PoolError> {
     let paths = pool_paths(pool);

@@ -297,6 +297,28 @@ pub async fn scrub(
     Ok((StatusCode::ACCEPTED, Json(job)))
 }
 
+/// Grows the pool onto the full size of its devices (admin); returns the job.
+#[utoipa::path(post, path = "/api/v1/pool/expand", tag = "pool",
+    responses((status = 202, description = "Started", body = Job), AuthErrors, Conflict),
+    security(("bearer" = [])))]
+pub async fn expand(
+    State(state): State<AppState>,
+    auth: Auth,
+) -> ApiResult<(StatusCode, Json<Job>)> {
+    auth.require(Role::Admin)?;
+    managed_only(&state)?;
+    let pool = state.pool.clone();
+    let job = managed::spawn_job(
+        &state,
+        auth.actor(),
+        "pool.expand",
+        serde_json::json!({}),
+        Box::new(move |ctx| managed::expand(&pool, &ctx)),
+    )
+    .await?;
+    Ok((StatusCode::ACCEPTED, Json(job)))
+}
+
 /// A block device of this machine.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct DeviceOut {
