@@ -115,8 +115,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let pool =
         Arc::new(DirectoryPool::open(&data.join("pool")).context("opening the pool directory")?);
     {
+        // Import the managed pool (mount it on DATA/pool) before any share is touched.
+        let (db, pool) = (db.clone(), pool.clone());
+        tokio::task::spawn_blocking(move || crate::pool::managed::import(&db, &pool))
+            .await
+            .context("importing the pool")??;
+    }
+    {
         let (db, pool) = (db.clone(), pool.clone());
         tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+            if !pool.is_mounted() {
+                // The import failed (raised as pool.failed): start anyway so the API can
+                // show why, but serve no share from beneath the missing mount.
+                tracing::error!("the managed pool is not mounted; shares are not served");
+                return Ok(());
+            }
             for share in db.list_shares()? {
                 pool.create_dataset(&share.dataset)?;
                 pool.register_share(&share);
@@ -167,6 +180,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
     tasks.spawn(flush_usage_periodically(state.clone(), shutdown.clone()));
+    tasks.spawn(crate::pool::managed::run_poller(
+        state.clone(),
+        shutdown.clone(),
+    ));
+    {
+        let st = state.clone();
+        if let Err(e) = crate::pool::managed::recover_jobs(&st) {
+            tracing::warn!(error = %e, "recovering unfinished jobs failed");
+        }
+    }
     tasks.spawn(watchdog(shutdown.clone()));
 
     if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {

@@ -318,6 +318,15 @@ impl Api {
         Self::finish(req.send_json(body))
     }
 
+    /// PUT a JSON body.
+    pub fn put(&self, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
+        let mut req = self.agent.put(format!("{}{path}", self.base));
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        Self::finish(req.send_json(body))
+    }
+
     /// PATCH a JSON body.
     pub fn patch(&self, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
         let mut req = self.agent.patch(format!("{}{path}", self.base));

@@ -45,6 +45,11 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         system::sessions, system::disconnect, system::pool, system::audit,
         events::list, events::ack,
         nvme_listeners::list, nvme_listeners::create, nvme_listeners::delete,
+        pool::create, pool::add_device, pool::remove_device, pool::replace, pool::scrub,
+        pool::devices, pool::jobs, pool::job,
+        snapshots::create, snapshots::list, snapshots::delete, snapshots::restore,
+        snapshots::create_schedule, snapshots::list_schedules, snapshots::delete_schedule,
+        pool::set_scrub_schedule, pool::scrub_schedule, pool::expand,
         crate::system::system_info, crate::system::update_history, crate::system::update,
     ),
     components(schemas(Problem)),
@@ -131,7 +136,33 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/sessions", get(system::sessions))
         .route("/sessions/{id}", axum::routing::delete(system::disconnect))
-        .route("/pool", get(system::pool))
+        .route("/pool", get(system::pool).post(pool::create))
+        .route("/pool/devices", post(pool::add_device))
+        .route(
+            "/pool/devices/{device}",
+            axum::routing::delete(pool::remove_device),
+        )
+        .route("/pool/replace", post(pool::replace))
+        .route("/pool/scrub", post(pool::scrub))
+        .route("/pool/expand", post(pool::expand))
+        .route("/devices", get(pool::devices))
+        .route("/jobs", get(pool::jobs))
+        .route("/jobs/{id}", get(pool::job))
+        .route("/snapshots", post(snapshots::create).get(snapshots::list))
+        .route("/snapshots/{id}", axum::routing::delete(snapshots::delete))
+        .route("/snapshots/{id}/restore", post(snapshots::restore))
+        .route(
+            "/snapshots/schedules",
+            post(snapshots::create_schedule).get(snapshots::list_schedules),
+        )
+        .route(
+            "/snapshots/schedules/{id}",
+            axum::routing::delete(snapshots::delete_schedule),
+        )
+        .route(
+            "/pool/scrub/schedule",
+            get(pool::scrub_schedule).put(pool::set_scrub_schedule),
+        )
         .route("/audit", get(system::audit))
         .route("/events", get(events::list))
         .route("/events/{id}/ack", post(events::ack))

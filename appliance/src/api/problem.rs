@@ -97,6 +97,14 @@ impl From<DbError> for Problem {
             {
                 Problem::new(StatusCode::CONFLICT, format!("{context}: the pool is full"))
             }
+            DbError::Io { context, source } if source.raw_os_error() == Some(libc::EBUSY) => {
+                Problem::new(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "{context}: the managed pool is being created; try again when its job ends"
+                    ),
+                )
+            }
             DbError::Io { context, source }
                 if source.kind() == std::io::ErrorKind::AlreadyExists =>
             {

@@ -116,6 +116,57 @@ const MIGRATIONS: &[&str] = &[
         UNIQUE (transport, address, port)
     );
     "#,
+    // 4: the managed pool, discovered devices, long-running jobs, snapshots.
+    r#"
+    CREATE TABLE pool (
+        id         INTEGER PRIMARY KEY CHECK (id = 1),
+        kind       TEXT NOT NULL CHECK (kind IN ('btrfs')),
+        uuid       TEXT NOT NULL,
+        label      TEXT NOT NULL,
+        profile    TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE devices (
+        path       TEXT PRIMARY KEY,
+        kind       TEXT NOT NULL,
+        model      TEXT NOT NULL DEFAULT '',
+        serial     TEXT NOT NULL DEFAULT '',
+        firmware   TEXT NOT NULL DEFAULT '',
+        size_bytes INTEGER NOT NULL DEFAULT 0,
+        lba_bytes  INTEGER NOT NULL DEFAULT 512,
+        health     TEXT NOT NULL DEFAULT '{}',
+        seen_at    INTEGER NOT NULL
+    );
+    CREATE TABLE jobs (
+        id         INTEGER PRIMARY KEY,
+        kind       TEXT NOT NULL,
+        state      TEXT NOT NULL CHECK (state IN ('queued', 'running', 'succeeded', 'failed')),
+        progress   REAL NOT NULL DEFAULT 0,
+        error      TEXT,
+        detail     TEXT NOT NULL DEFAULT '{}',
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE TABLE snapshots (
+        id         INTEGER PRIMARY KEY,
+        share_id   INTEGER REFERENCES shares(id) ON DELETE CASCADE,
+        volume_id  INTEGER REFERENCES volumes(id) ON DELETE CASCADE,
+        name       TEXT NOT NULL,
+        path       TEXT NOT NULL UNIQUE,
+        created_at INTEGER NOT NULL,
+        CHECK ((share_id IS NULL) <> (volume_id IS NULL))
+    );
+    CREATE TABLE snapshot_schedules (
+        id         INTEGER PRIMARY KEY,
+        share_id   INTEGER REFERENCES shares(id) ON DELETE CASCADE,
+        volume_id  INTEGER REFERENCES volumes(id) ON DELETE CASCADE,
+        interval_s INTEGER NOT NULL CHECK (interval_s > 0),
+        keep       INTEGER NOT NULL CHECK (keep > 0),
+        last_run   INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        CHECK ((share_id IS NULL) <> (volume_id IS NULL))
+    );
+    "#,
 ];
 
 /// The schema version this binary writes.

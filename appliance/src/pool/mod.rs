@@ -1,9 +1,17 @@
-//! The pool: where shares' files and volumes' blocks live. Today the embedded default,
-//! a directory (`DATA/pool`) with each share a subdirectory of `shares/` and each volume a
-//! sparse file in `volumes/`; the managed btrfs pool will plug in behind the same calls.
+//! The pool: where shares' files and volumes' blocks live, always at `DATA/pool` with
+//! each share in `shares/NAME` and each volume a sparse file in `volumes/`. Two backends
+//! sit behind the same calls ([`Backend`]): the embedded default, a plain directory, and
+//! the managed pool, a btrfs file system over chosen devices mounted on `DATA/pool`, where
+//! each share is a subvolume and volumes are NOCOW files in the `volumes` subvolume.
+//! [`managed`] creates, imports, watches and repairs the btrfs pool.
 
+pub mod btrfs;
+pub mod devices;
+pub mod managed;
+pub mod nvme_admin;
 pub mod quota;
 mod scan;
+pub mod snapshots;
 
 use std::collections::HashMap;
 use std::fs;
@@ -26,11 +34,33 @@ pub struct Capacity {
     pub available_bytes: u64,
 }
 
-/// The embedded directory pool.
+/// Which file system holds the pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// A directory on whatever file system holds the data directory.
+    Directory,
+    /// The managed btrfs pool mounted on the pool root.
+    Btrfs {
+        /// File system UUID.
+        uuid: String,
+        /// Data profile.
+        profile: String,
+    },
+}
+
+/// The pool (historically only the embedded directory pool, hence the name): resolves
+/// share roots and volume files for the services, whatever the [`Backend`].
 pub struct DirectoryPool {
     root: PathBuf,
     /// Quota trackers keyed by lower-cased share name (share names are case-insensitive).
     quotas: RwLock<HashMap<String, Arc<ShareQuota>>>,
+    backend: RwLock<Backend>,
+    /// Last health check of the managed pool.
+    health: RwLock<managed::Health>,
+    /// Set while a managed pool is being created: no datasets may appear meanwhile.
+    creating: std::sync::atomic::AtomicBool,
+    /// Wakes the health poller for an immediate check (after a replace, an add, ...).
+    pub kick: tokio::sync::Notify,
 }
 
 fn key(share: &str) -> String {
@@ -45,7 +75,70 @@ impl DirectoryPool {
         Ok(DirectoryPool {
             root: root.to_path_buf(),
             quotas: RwLock::new(HashMap::new()),
+            backend: RwLock::new(Backend::Directory),
+            health: RwLock::new(managed::Health::default()),
+            creating: std::sync::atomic::AtomicBool::new(false),
+            kick: tokio::sync::Notify::new(),
         })
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> Backend {
+        self.backend
+            .read()
+            .map(|b| b.clone())
+            .unwrap_or(Backend::Directory)
+    }
+
+    /// Switches the backend (after a managed pool was created or imported).
+    pub fn set_backend(&self, backend: Backend) {
+        let mut b = self.backend.write().unwrap_or_else(|p| p.into_inner());
+        *b = backend;
+    }
+
+    /// Whether the pool's storage is there: always for the directory pool; for the managed
+    /// pool, whether its btrfs is mounted on the pool root.
+    pub fn is_mounted(&self) -> bool {
+        !self.is_btrfs()
+            || btrfs::is_btrfs_mountpoint(
+                &fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+                &self.root,
+            )
+    }
+
+    /// Whether the managed btrfs pool is in use.
+    pub fn is_btrfs(&self) -> bool {
+        matches!(self.backend(), Backend::Btrfs { .. })
+    }
+
+    /// The last health check.
+    pub fn health(&self) -> managed::Health {
+        self.health.read().map(|h| h.clone()).unwrap_or_default()
+    }
+
+    /// Stores a health check.
+    pub fn set_health(&self, health: managed::Health) {
+        let mut h = self.health.write().unwrap_or_else(|p| p.into_inner());
+        *h = health;
+    }
+
+    /// Marks (or clears) a managed pool creation in progress; returns false when one was
+    /// already marked.
+    pub fn set_creating(&self, on: bool) -> bool {
+        use std::sync::atomic::Ordering;
+        if on {
+            self.creating
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        } else {
+            self.creating.store(false, Ordering::SeqCst);
+            true
+        }
+    }
+
+    /// Whether a managed pool is being created.
+    pub fn is_creating(&self) -> bool {
+        self.creating.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The pool's root directory.
@@ -74,9 +167,29 @@ impl DirectoryPool {
         })
     }
 
-    /// Creates the directory of a dataset (`shares/NAME`) if it does not exist.
+    /// Creates the directory of a dataset (`shares/NAME`) if it does not exist; on the
+    /// btrfs pool a dataset is a subvolume.
     pub fn create_dataset(&self, dataset: &str) -> io::Result<()> {
-        fs::create_dir_all(self.root.join(dataset))
+        if self.is_creating() {
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        let path = self.root.join(dataset);
+        if !self.is_btrfs() || path.exists() {
+            return fs::create_dir_all(path);
+        }
+        if !self.is_mounted() {
+            // Never create a share in the directory beneath an unmounted pool.
+            return Err(io::Error::other(
+                "the managed pool is not mounted (see GET /api/v1/pool)",
+            ));
+        }
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        let p = path.to_string_lossy();
+        btrfs::run("btrfs", &["subvolume", "create", &p], btrfs::QUICK)
+            .map(|_| ())
+            .map_err(io::Error::other)
     }
 
     /// The quota tracker of a share (a fresh unlimited one if the share is unknown, which
@@ -118,6 +231,15 @@ impl DirectoryPool {
             map.remove(&key(&share.name));
         }
         let dir = self.root.join(&share.dataset);
+        if self.is_btrfs() {
+            self.delete_snapshots_of("shares", &share.name);
+        }
+        if self.is_btrfs() && managed::is_subvolume(&dir) {
+            let p = dir.to_string_lossy();
+            return btrfs::run("btrfs", &["subvolume", "delete", &p], btrfs::QUICK)
+                .map(|_| ())
+                .map_err(io::Error::other);
+        }
         match fs::remove_dir_all(&dir) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             other => other,
@@ -147,7 +269,14 @@ impl DirectoryPool {
             .write(true)
             .create_new(true)
             .open(&path)?;
-        let sized = file.set_len(size).and_then(|()| file.sync_all());
+        let nocow = if self.is_btrfs() {
+            btrfs::set_nocow(&file)
+        } else {
+            Ok(())
+        };
+        let sized = nocow
+            .and_then(|()| file.set_len(size))
+            .and_then(|()| file.sync_all());
         if sized.is_err() {
             let _ = fs::remove_file(&path);
         }
@@ -165,6 +294,9 @@ impl DirectoryPool {
 
     /// Deletes a volume's backing file.
     pub fn delete_volume(&self, volume: &str) -> io::Result<()> {
+        if self.is_btrfs() {
+            self.delete_snapshots_of("volumes", volume);
+        }
         match fs::remove_file(self.volume_path(volume)) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             other => other,

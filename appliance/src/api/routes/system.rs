@@ -11,6 +11,8 @@ use crate::api::errors::{AuthErrors, NotFound, QueryErrors};
 use crate::api::extract::{ApiPath, ApiQuery};
 use crate::api::problem::{ApiResult, Problem};
 use crate::db::{AuditEntry, Role};
+use crate::pool::managed::{DeviceStatus, PoolState};
+use crate::pool::Backend;
 use crate::sessions::SessionInfo;
 use crate::state::AppState;
 
@@ -45,15 +47,6 @@ pub async fn disconnect(
     }
 }
 
-/// A device of the pool.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct PoolDevice {
-    /// Device path.
-    pub path: String,
-    /// `online`, `missing`, `failed`.
-    pub state: String,
-}
-
 /// The pool.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PoolOut {
@@ -62,7 +55,10 @@ pub struct PoolOut {
     /// Redundancy profile.
     pub profile: String,
     /// `healthy`, `degraded`, `failed` or `creating`.
-    pub state: String,
+    pub state: PoolState,
+    /// Why the pool is not healthy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Total bytes.
     pub size_bytes: u64,
     /// Bytes in use.
@@ -71,8 +67,11 @@ pub struct PoolOut {
     pub available_bytes: u64,
     /// Where the pool lives.
     pub path: String,
+    /// btrfs file system UUID (managed pool only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
     /// Devices (none for a directory pool).
-    pub devices: Vec<PoolDevice>,
+    pub devices: Vec<DeviceStatus>,
 }
 
 /// Pool state and capacity (viewer).
@@ -87,15 +86,31 @@ pub async fn pool(State(state): State<AppState>, auth: Auth) -> ApiResult<Json<P
         .await
         .map_err(|e| Problem::internal(&e))?
         .map_err(|e| Problem::internal(&e))?;
+    let (kind, profile, uuid, health) = match state.pool.backend() {
+        Backend::Directory => (
+            "directory",
+            "single".to_string(),
+            None,
+            crate::pool::managed::Health::default(),
+        ),
+        Backend::Btrfs { uuid, profile } => ("btrfs", profile, Some(uuid), state.pool.health()),
+    };
+    let pool_state = if state.pool.is_creating() {
+        PoolState::Creating
+    } else {
+        health.state
+    };
     Ok(Json(PoolOut {
-        kind: "directory".into(),
-        profile: "single".into(),
-        state: "healthy".into(),
+        kind: kind.into(),
+        profile,
+        state: pool_state,
+        reason: health.reason,
         size_bytes: cap.size_bytes,
         used_bytes: cap.used_bytes,
         available_bytes: cap.available_bytes,
         path: state.pool.root().display().to_string(),
-        devices: Vec::new(),
+        uuid,
+        devices: health.devices,
     }))
 }
 

@@ -24,9 +24,12 @@ pub struct CreateVolume {
         max_length = 64
     )]
     pub name: String,
-    /// Size: a multiple of 4096, at least 1 MiB.
+    /// Size: a multiple of 4096, at least 1 MiB. Required unless `from_snapshot` is
+    /// given (a clone takes the snapshot's size).
     #[schema(minimum = 1048576, maximum = 1125899906842624u64, multiple_of = 4096)]
-    pub size_bytes: u64,
+    pub size_bytes: Option<u64>,
+    /// Clone this volume snapshot (id from `/api/v1/snapshots`; managed pool only).
+    pub from_snapshot: Option<i64>,
 }
 
 /// Volume resize request.
@@ -64,7 +67,7 @@ impl From<Volume> for VolumeOut {
 
 /// Creates a sparse volume (operator).
 #[utoipa::path(post, path = "/api/v1/volumes", tag = "volumes", request_body = CreateVolume,
-    responses((status = 201, description = "Created", body = VolumeOut), AuthErrors, BodyErrors, Conflict),
+    responses((status = 201, description = "Created", body = VolumeOut), AuthErrors, BodyErrors, NotFound, Conflict),
     security(("bearer" = [])))]
 pub async fn create(
     State(state): State<AppState>,
@@ -74,12 +77,40 @@ pub async fn create(
     auth.require(Role::Operator)?;
     let actor = auth.actor();
     let pool = state.pool.clone();
+    if req.from_snapshot.is_some() && !pool.is_btrfs() {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "cloning a snapshot needs the managed pool",
+        ));
+    }
     let vol = state
         .db
-        .call(move |db| {
-            db.create_volume(&actor, &req.name, req.size_bytes, || {
-                pool.create_volume(&req.name, req.size_bytes)
-            })
+        .call(move |db| match req.from_snapshot {
+            Some(id) => {
+                let snap = db
+                    .snapshot(id)?
+                    .filter(|s| s.volume.is_some())
+                    .ok_or_else(|| crate::db::DbError::NotFound(format!("volume snapshot {id}")))?;
+                let size = pool
+                    .snapshot_size(&snap.path)
+                    .map_err(|e| crate::db::DbError::io(format!("reading snapshot {id}"), e))?;
+                if req.size_bytes.is_some_and(|s| s != size) {
+                    return Err(crate::db::DbError::Invalid(format!(
+                        "a clone has its snapshot's size ({size} bytes); resize it afterwards"
+                    )));
+                }
+                db.create_volume(&actor, &req.name, size, || {
+                    pool.clone_volume(&snap.path, &req.name)
+                })
+            }
+            None => {
+                let size = req
+                    .size_bytes
+                    .ok_or_else(|| crate::db::DbError::Invalid("size_bytes is required".into()))?;
+                db.create_volume(&actor, &req.name, size, || {
+                    pool.create_volume(&req.name, size)
+                })
+            }
         })
         .await?;
     state.notify(ConfigChange::Volumes);
