@@ -16,3 +16,4 @@ pub mod sessions;
 pub mod smb_service;
 pub mod state;
 pub mod system;
+pub mod telemetry;

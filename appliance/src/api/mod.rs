@@ -44,6 +44,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         nvme::create, nvme::list, nvme::get, nvme::update, nvme::delete, nvme::add_namespace, nvme::remove_namespace,
         system::sessions, system::disconnect, system::pool, system::audit,
         events::list, events::ack,
+        crate::telemetry::report,
         crate::system::system_info, crate::system::update_history, crate::system::update,
     ),
     components(schemas(Problem)),
@@ -126,10 +127,12 @@ pub fn router(state: AppState) -> Router {
         .route("/audit", get(system::audit))
         .route("/events", get(events::list))
         .route("/events/{id}/ack", post(events::ack))
+        .route("/telemetry", get(crate::telemetry::report))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found);
     Router::new()
         .nest("/api/v1", api)
+        .route("/metrics", get(crate::telemetry::metrics))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))

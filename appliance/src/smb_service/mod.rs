@@ -154,9 +154,11 @@ struct Observer {
 impl SessionObserver for Observer {
     fn add_read(&self, bytes: u64) {
         self.guard.add_read(bytes);
+        crate::telemetry::smb_bytes(crate::telemetry::Direction::Read, bytes);
     }
     fn add_written(&self, bytes: u64) {
         self.guard.add_written(bytes);
+        crate::telemetry::smb_bytes(crate::telemetry::Direction::Write, bytes);
     }
     fn set_target(&self, target: String) {
         self.guard.set_target(target);
