@@ -7,7 +7,7 @@ use std::process::Command as Process;
 
 use anyhow::{ensure, Context};
 use quarry_tests::nvme_initiator::{Controller, Options};
-use quarry_tests::QuarryProcess;
+use quarry_tests::{Api, QuarryProcess};
 use serde_json::json;
 
 const USER: &str = "metrics";
@@ -85,6 +85,36 @@ fn smb_bytes_in_metrics_match_smbclient_transfer() -> anyhow::Result<()> {
     let r = counter(&after, "quarry_smb_bytes_total", "read");
     ensure!(within_1pct(w, SMB_FILE as f64), "written {w} vs {SMB_FILE}");
     ensure!(within_1pct(r, SMB_FILE as f64), "read {r} vs {SMB_FILE}");
+    telemetry_json_agrees(&q)?;
+    Ok(())
+}
+
+/// `/api/v1/telemetry` needs a login, is open to a viewer, and its totals and its 1 s
+/// series agree with the bytes moved.
+fn telemetry_json_agrees(q: &QuarryProcess) -> anyhow::Result<()> {
+    let (s, _) = Api::anonymous(q).get("/api/v1/telemetry")?;
+    ensure!(s == 401, "anonymous telemetry: {s}");
+    let admin = q.admin()?;
+    let (s, b) = admin.post(
+        "/api/v1/users",
+        &json!({"name": "watcher", "password": "watcher-secret-1", "role": "viewer"}),
+    )?;
+    ensure!(s == 201, "{b}");
+    let viewer = q.login("watcher", "watcher-secret-1")?;
+    // Let the sampler record the second in which the transfer ended.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let (s, t) = viewer.get("/api/v1/telemetry")?;
+    ensure!(s == 200, "viewer telemetry: {s} {t}");
+    ensure!(t["enabled"] == true, "{t}");
+    ensure!(t["smb"]["write_bytes_total"] == SMB_FILE as u64, "{t}");
+    ensure!(t["smb"]["read_bytes_total"] == SMB_FILE as u64, "{t}");
+    let series = t["series"].as_array().context("series")?;
+    ensure!(!series.is_empty(), "{t}");
+    let sum: u64 = series
+        .iter()
+        .filter_map(|x| x["smb_write_bps"].as_u64())
+        .sum();
+    ensure!(sum == SMB_FILE as u64, "series sums to {sum}: {t}");
     Ok(())
 }
 
