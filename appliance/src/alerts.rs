@@ -1,4 +1,5 @@
-//! Alert conditions watched in the background: a `share.quota` condition (warning) is
+//! Alerts. Failed SMB logins become `auth.failed` events ([`smb_login_failed`]).
+//! Conditions watched in the background: a `share.quota` condition (warning) is
 //! raised when a share's usage reaches 90% of its quota and resolved when it drops below.
 //! The watcher reads the pool's lock-free quota trackers every [`INTERVAL`] and touches
 //! the database only when a share's state changes (and once per share at start).
@@ -64,6 +65,26 @@ pub async fn watch_quotas(state: AppState, shutdown: CancellationToken) -> anyho
             }
         }
     }
+}
+
+/// Records a failed SMB login as an `auth.failed` warning event, on a background task
+/// (never blocks the caller; without a runtime it is only logged).
+pub fn smb_login_failed(state: &AppState, user: Option<&str>, peer: std::net::SocketAddr) {
+    let user = user.unwrap_or("").to_string();
+    tracing::warn!(user = %user, remote = %peer, "failed SMB login");
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let db = state.db.clone();
+    rt.spawn(async move {
+        let message = format!("failed SMB login as {user:?} from {}", peer.ip());
+        let raised = db
+            .call(move |db| db.raise_event(Severity::Warning, "auth.failed", &user, &message))
+            .await;
+        if let Err(e) = raised {
+            tracing::error!(error = %e, "recording a failed SMB login event");
+        }
+    });
 }
 
 #[cfg(test)]

@@ -95,3 +95,44 @@ fn share_quota_alert_raised_at_90_percent_and_resolved_below() -> anyhow::Result
     wait_event(&api, |e| e["resolved_at"].is_string())?;
     Ok(())
 }
+
+#[test]
+fn failed_smb_login_raises_auth_failed_event() -> anyhow::Result<()> {
+    let q = QuarryProcess::start()?;
+    let api = q.admin()?;
+    let (s, b) = api.post(
+        "/api/v1/users",
+        &json!({"name": "qa", "password": "qa-secret-123"}),
+    )?;
+    ensure!(s == 201, "{b}");
+    let (s, b) = api.post("/api/v1/shares", &json!({"name": "q"}))?;
+    ensure!(s == 201, "{b}");
+    let out = Command::new("smbclient")
+        .arg("//127.0.0.1/q")
+        .args(["-p", &q.smb.port().to_string(), "-U", "qa%wrong-password"])
+        .args(["-c", "ls"])
+        .output()?;
+    ensure!(!out.status.success(), "wrong password accepted");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (s, b) = api.get("/api/v1/events")?;
+        ensure!(s == 200, "{b}");
+        let found = b.as_array().is_some_and(|a| {
+            a.iter().any(|e| {
+                e["kind"] == "auth.failed"
+                    && e["subject"] == "qa"
+                    && e["message"].as_str().is_some_and(|m| m.contains("SMB"))
+            })
+        });
+        if found {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("no auth.failed event for the SMB login: {b}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The server still serves the right password.
+    smbclient(&q, std::path::Path::new("/tmp"), "ls")?;
+    Ok(())
+}

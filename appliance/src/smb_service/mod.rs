@@ -143,6 +143,10 @@ impl Backend for AppBackend {
                 .register(Protocol::Smb, user.to_string(), peer, String::new());
         Box::new(Observer { guard, cancel })
     }
+
+    fn auth_failed(&self, user: Option<&str>, peer: SocketAddr) {
+        crate::alerts::smb_login_failed(&self.state, user, peer);
+    }
 }
 
 /// A live SMB session in the appliance's registry.
