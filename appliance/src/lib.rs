@@ -4,6 +4,7 @@
 //! `*_service` modules implement their storage traits over [`pool`] and feed them the
 //! configuration held in [`db`]. See ARCHITECTURE.md for the request flow.
 
+pub mod alerts;
 pub mod api;
 pub mod cli;
 pub mod credentials;
@@ -16,3 +17,4 @@ pub mod sessions;
 pub mod smb_service;
 pub mod state;
 pub mod system;
+pub mod telemetry;

@@ -191,6 +191,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     }
     tasks.spawn(watchdog(shutdown.clone()));
+    tasks.spawn(crate::telemetry::sample_every_second(shutdown.clone()));
+    tasks.spawn(crate::alerts::watch_quotas(state.clone(), shutdown.clone()));
 
     if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
         tracing::warn!(error = %e, "telling systemd we are ready failed");

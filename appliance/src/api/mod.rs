@@ -50,6 +50,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         snapshots::create, snapshots::list, snapshots::delete, snapshots::restore,
         snapshots::create_schedule, snapshots::list_schedules, snapshots::delete_schedule,
         pool::set_scrub_schedule, pool::scrub_schedule, pool::expand,
+        crate::telemetry::report,
         crate::system::system_info, crate::system::update_history, crate::system::update,
     ),
     components(schemas(Problem)),
@@ -166,10 +167,12 @@ pub fn router(state: AppState) -> Router {
         .route("/audit", get(system::audit))
         .route("/events", get(events::list))
         .route("/events/{id}/ack", post(events::ack))
+        .route("/telemetry", get(crate::telemetry::report))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found);
     Router::new()
         .nest("/api/v1", api)
+        .route("/metrics", get(crate::telemetry::metrics))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))

@@ -30,9 +30,11 @@ struct Observer {
 impl SessionObserver for Observer {
     fn bytes_read(&self, n: u64) {
         self.guard.add_read(n);
+        crate::telemetry::nvme_bytes(crate::telemetry::Direction::Read, n);
     }
     fn bytes_written(&self, n: u64) {
         self.guard.add_written(n);
+        crate::telemetry::nvme_bytes(crate::telemetry::Direction::Write, n);
     }
     fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()

@@ -143,6 +143,10 @@ impl Backend for AppBackend {
                 .register(Protocol::Smb, user.to_string(), peer, String::new());
         Box::new(Observer { guard, cancel })
     }
+
+    fn auth_failed(&self, user: Option<&str>, peer: SocketAddr) {
+        crate::alerts::smb_login_failed(&self.state, user, peer);
+    }
 }
 
 /// A live SMB session in the appliance's registry.
@@ -154,9 +158,11 @@ struct Observer {
 impl SessionObserver for Observer {
     fn add_read(&self, bytes: u64) {
         self.guard.add_read(bytes);
+        crate::telemetry::smb_bytes(crate::telemetry::Direction::Read, bytes);
     }
     fn add_written(&self, bytes: u64) {
         self.guard.add_written(bytes);
+        crate::telemetry::smb_bytes(crate::telemetry::Direction::Write, bytes);
     }
     fn set_target(&self, target: String) {
         self.guard.set_target(target);

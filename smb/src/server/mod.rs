@@ -105,6 +105,10 @@ pub trait Backend: Send + Sync + 'static {
     fn share_fs(&self, name: &str) -> Result<Arc<dyn ShareFs>, FsError>;
     /// Registers an authenticated session.
     fn session_started(&self, user: &str, peer: SocketAddr) -> Box<dyn SessionObserver>;
+    /// Told when a session setup fails with a logon failure (unknown user or wrong
+    /// password); `user` is the name the client tried, when it got that far. Must not
+    /// block. The default does nothing.
+    fn auth_failed(&self, _user: Option<&str>, _peer: SocketAddr) {}
 }
 
 /// Server-wide settings.

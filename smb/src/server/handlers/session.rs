@@ -18,10 +18,12 @@ use crate::server::state::{AuthState, Session};
 use crate::server::{now_filetime, random_bytes, Backend, MAX_SESSIONS_PER_CONNECTION};
 
 /// Adapts the appliance backend to the auth module's credential lookup.
-struct Lookup(Arc<dyn Backend>);
+/// The backend's hashes, remembering the user name asked for (for failed-login reports).
+struct Lookup(Arc<dyn Backend>, std::sync::Mutex<Option<String>>);
 
 impl NtHashLookup for Lookup {
     fn nt_hash(&self, user: &str, _domain: &str) -> Option<[u8; 16]> {
+        *self.1.lock().unwrap_or_else(|p| p.into_inner()) = Some(user.to_string());
         self.0.nt_hash(user)
     }
 }
@@ -110,11 +112,13 @@ pub async fn session_setup(
     }
     let backend = conn.backend.clone();
     let stepped = tokio::task::spawn_blocking(move || {
-        let r = ntlm.step(&token, &Lookup(backend));
-        (ntlm, r)
+        let lookup = Lookup(backend, std::sync::Mutex::new(None));
+        let r = ntlm.step(&token, &lookup);
+        let user = lookup.1.into_inner().unwrap_or_else(|p| p.into_inner());
+        (ntlm, (r, user))
     })
     .await;
-    let (ntlm, result) = match stepped {
+    let (ntlm, (result, tried_user)) = match stepped {
         Ok(v) => v,
         Err(_) => {
             conn.state.sessions.remove(&sid);
@@ -244,6 +248,10 @@ pub async fn session_setup(
         }
         Err(e) => {
             tracing::info!(peer = %conn.state.peer, error = %e, "SMB authentication failed");
+            if matches!(e, crate::auth::AuthError::LogonFailure) {
+                conn.backend
+                    .auth_failed(tried_user.as_deref(), conn.state.peer);
+            }
             if reauth {
                 // A failed re-authentication ends the session (it stays as a tombstone so
                 // later requests get USER_SESSION_DELETED).
