@@ -61,6 +61,7 @@ OVMF_CODE=/usr/share/OVMF/OVMF_CODE_4M.fd
 OVMF_VARS=/usr/share/OVMF/OVMF_VARS_4M.fd
 RESULTS=${RESULTS:-/dev/null}
 
+# shellcheck source=vm.sh
 . "$TEST_DIR/vm.sh"
 
 # Fails the test with a reason, the tail of the serial console and the guest's view.
@@ -116,7 +117,7 @@ printf '\xff' | dd of="$WORK/bad-signature.bundle" bs=1 seek=$((12 + manifest_le
 cp "$B2" "$WORK/bad-checksum.bundle"
 last=$(($(stat -c %s "$B2") - 1))
 byte=$(od -An -tu1 -j "$last" -N1 "$B2" | tr -d ' ')
-printf "\\$(printf '%03o' $(((byte + 1) % 256)))" | dd of="$WORK/bad-checksum.bundle" bs=1 seek="$last" conv=notrunc status=none
+perl -e 'print chr(shift)' $(((byte + 1) % 256)) | dd of="$WORK/bad-checksum.bundle" bs=1 seek="$last" conv=notrunc status=none
 cmp -s "$B2" "$WORK/bad-checksum.bundle" && die "could not corrupt the checksum test bundle"
 
 # ==== boot 1: V1 from slot a, first boot =============================================

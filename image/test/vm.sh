@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # VM helpers for acceptance.sh (sourced, not run).
 # Expects IMAGE, BOOT_TIMEOUT, SHUTDOWN_TIMEOUT, ACCEL, OVMF_CODE, OVMF_VARS set
 # and lib/common.sh sourced. Defines WORK, HTTP_PORT/SMB_PORT/NVME_PORT, API,

@@ -12,7 +12,6 @@
 # download or install packages again. Figures go to $OUT/results.txt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$(pwd)
 
 log() { printf '[image %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
