@@ -102,23 +102,23 @@ fn now() -> i64 {
 }
 
 /// Loads the history, moves it forward to what booted, and saves it if that changed.
+/// Whether an upload is running is decided under the history's file lock: an upload
+/// writes its final record before it releases [`UPDATE_LOCK`], so a `writing` record
+/// seen with the lock free really was interrupted.
 fn reconciled_history(data_dir: &Path) -> (Vec<UpdateRecord>, Vec<EntryName>) {
     let history = History::new(data_dir);
-    let mut records = history.load();
     let entries = slots::entries(Path::new(slots::ESP_DIR)).unwrap_or_default();
-    let active = UPDATE_LOCK.try_lock().is_err();
-    if history::reconcile(
-        &mut records,
-        booted_slot(),
-        &running_version(),
-        &entries,
-        active,
-        now(),
-    ) {
-        if let Err(e) = history.save(&records) {
-            tracing::warn!(error = %format!("{e:#}"), "saving the update history");
-        }
-    }
+    let records = history.modify(|records| {
+        let active = UPDATE_LOCK.try_lock().is_err();
+        history::reconcile(
+            records,
+            booted_slot(),
+            &running_version(),
+            &entries,
+            active,
+            now(),
+        )
+    });
     (records, entries)
 }
 
