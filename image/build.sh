@@ -136,7 +136,12 @@ assemble_rootfs() {
     chroot "$ROOTFS" systemctl enable systemd-networkd.service systemd-resolved.service \
         systemd-timesyncd.service quarry.service quarry-firstboot.service \
         quarry-banner.service quarry-health.service >/dev/null 2>&1
-    chroot "$ROOTFS" systemctl mask systemd-firstboot.service >/dev/null 2>&1
+    # Units Debian's packages enable that an appliance does not want: package
+    # maintenance timers (no apt in use), e2scrub (no LVM), NVMe-oF autoconnect
+    # (quarry is a target, not an initiator), uuidd. They only cost boot time.
+    chroot "$ROOTFS" systemctl mask systemd-firstboot.service apt-daily.timer \
+        apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer e2scrub_reap.service \
+        nvmf-autoconnect.service nvmefc-boot-connections.service uuidd.socket >/dev/null 2>&1
     chroot "$ROOTFS" systemctl set-default multi-user.target >/dev/null 2>&1
     du -sm "$ROOTFS" | awk '{ print $1 }' >"$WORK/rootfs-mib"
 }

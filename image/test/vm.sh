@@ -1,4 +1,5 @@
-# VM helpers shared by boot-test.sh and update-test.sh (sourced, not run).
+# shellcheck shell=bash
+# VM helpers for acceptance.sh (sourced, not run).
 # Expects IMAGE, BOOT_TIMEOUT, SHUTDOWN_TIMEOUT, ACCEL, OVMF_CODE, OVMF_VARS set
 # and lib/common.sh sourced. Defines WORK, HTTP_PORT/SMB_PORT/NVME_PORT, API,
 # start_vm, wait_healthy, stop_vm, api, login, console_password.
@@ -22,12 +23,14 @@ cleanup() {
 trap cleanup EXIT
 FAILED=1
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-HTTP_PORT=$(free_port)
-SMB_PORT=$(free_port)
-NVME_PORT=$(free_port)
+# Three distinct free ports on 127.0.0.1, all held until each is chosen (separate
+# lookups could hand out the same port twice).
+read -r HTTP_PORT SMB_PORT NVME_PORT < <(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(3)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))')
+[ -n "$NVME_PORT" ] || die "could not pick free ports"
 API=http://127.0.0.1:$HTTP_PORT/api/v1
 
 qemu-img create -q -f qcow2 -F raw -b "$(readlink -f "$IMAGE")" "$WORK/disk.qcow2"
@@ -130,4 +133,20 @@ esp_entries() {
     MTOOLS_SKIP_CHECK=1 mdir -b -i "$WORK/esp-read.raw@@$((start * 512))" ::/loader/entries/ 2>/dev/null \
         | xargs -r -n1 basename | tr '\n' ' '
     rm -f "$WORK/esp-read.raw"
+}
+
+# guest_journal [JOURNALCTL ARGS...]: the persistent journal of the (stopped) VM,
+# read from its data partition (/var/lib/quarry/log) without booting it.
+guest_journal() {
+    local raw=$WORK/journal-read.raw start size
+    qemu-img convert -O raw "$WORK/disk.qcow2" "$raw" || return 1
+    start=$(sfdisk -J "$raw" | jq '.partitiontable.partitions[3].start')
+    size=$(sfdisk -J "$raw" | jq '.partitiontable.partitions[3].size')
+    dd if="$raw" of="$WORK/data-read.ext4" bs=512 skip="$start" count="$size" status=none
+    rm -rf "$raw" "$WORK/guest-log"
+    mkdir -p "$WORK/guest-log"
+    debugfs -R "rdump /log/journal $WORK/guest-log" "$WORK/data-read.ext4" >/dev/null 2>&1
+    rm -f "$WORK/data-read.ext4"
+    journalctl --directory="$(dirname "$(find "$WORK/guest-log" -name '*.journal' | head -n1)")" \
+        --no-pager "$@" 2>&1
 }

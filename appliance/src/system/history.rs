@@ -57,6 +57,11 @@ pub struct UpdateRecord {
     pub error: Option<String>,
 }
 
+/// Serialises every read-modify-write of the history file: an upload records its
+/// progress while `GET` requests reconcile, and without this a reconcile could save its
+/// stale copy over a newer record (an installed update reported as interrupted).
+static FILE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The history file of a data directory.
 #[derive(Debug, Clone)]
 pub struct History {
@@ -97,8 +102,22 @@ impl History {
         Ok(())
     }
 
+    /// Loads the records, lets `change` modify them and saves them when it returns true,
+    /// all under the file lock. Returns the records (as changed); a failed save is logged.
+    pub fn modify(&self, change: impl FnOnce(&mut Vec<UpdateRecord>) -> bool) -> Vec<UpdateRecord> {
+        let _guard = FILE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = self.load();
+        if change(&mut all) {
+            if let Err(e) = self.save(&all) {
+                tracing::warn!(error = %format!("{e:#}"), "saving the update history");
+            }
+        }
+        all
+    }
+
     /// Adds a record or replaces the one with the same id.
     pub fn upsert(&self, record: &UpdateRecord) -> anyhow::Result<()> {
+        let _guard = FILE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
         let mut all = self.load();
         match all.iter_mut().find(|r| r.id == record.id) {
             Some(r) => *r = record.clone(),
@@ -244,6 +263,21 @@ mod tests {
         assert!(!reconcile(&mut r, Some(Slot::A), "0.1.0", &[], true, 2));
         assert!(reconcile(&mut r, Some(Slot::A), "0.1.0", &[], false, 2));
         assert_eq!(r[0].state, UpdateState::Failed);
+    }
+
+    #[test]
+    fn modify_saves_only_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = History::new(dir.path());
+        h.upsert(&record(UpdateState::Writing)).unwrap();
+        let seen = h.modify(|r| {
+            r[0].state = UpdateState::Installed;
+            false
+        });
+        assert_eq!(seen[0].state, UpdateState::Installed);
+        assert_eq!(h.load()[0].state, UpdateState::Writing);
+        h.modify(|r| reconcile(r, Some(Slot::A), "0.1.0", &[], false, 3));
+        assert_eq!(h.load()[0].state, UpdateState::Failed);
     }
 
     #[test]

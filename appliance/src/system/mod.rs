@@ -46,6 +46,9 @@ const OS_RELEASE: &str = "/usr/lib/os-release";
 pub const UPLOAD_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Write buffer towards the slot device.
 const WRITE_BUFFER_BYTES: usize = 1024 * 1024;
+/// How often (in payload bytes) a running upload records its progress in the history,
+/// so `GET /api/v1/system/update` shows `bytes_written` growing.
+const PROGRESS_STEP_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Serialises updates: one at a time per appliance.
 static UPDATE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -99,23 +102,23 @@ fn now() -> i64 {
 }
 
 /// Loads the history, moves it forward to what booted, and saves it if that changed.
+/// Whether an upload is running is decided under the history's file lock: an upload
+/// writes its final record before it releases [`UPDATE_LOCK`], so a `writing` record
+/// seen with the lock free really was interrupted.
 fn reconciled_history(data_dir: &Path) -> (Vec<UpdateRecord>, Vec<EntryName>) {
     let history = History::new(data_dir);
-    let mut records = history.load();
     let entries = slots::entries(Path::new(slots::ESP_DIR)).unwrap_or_default();
-    let active = UPDATE_LOCK.try_lock().is_err();
-    if history::reconcile(
-        &mut records,
-        booted_slot(),
-        &running_version(),
-        &entries,
-        active,
-        now(),
-    ) {
-        if let Err(e) = history.save(&records) {
-            tracing::warn!(error = %format!("{e:#}"), "saving the update history");
-        }
-    }
+    let records = history.modify(|records| {
+        let active = UPDATE_LOCK.try_lock().is_err();
+        history::reconcile(
+            records,
+            booted_slot(),
+            &running_version(),
+            &entries,
+            active,
+            now(),
+        )
+    });
     (records, entries)
 }
 
@@ -289,6 +292,16 @@ async fn next_chunk(body: &mut Body) -> Result<Option<axum::body::Bytes>, Upload
     }
 }
 
+/// Records a running upload's progress; a failure only costs the progress display.
+async fn save_progress(history: &History, record: &UpdateRecord) {
+    let (history, record) = (history.clone(), record.clone());
+    match tokio::task::spawn_blocking(move || history.upsert(&record)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "saving update progress"),
+        Err(e) => tracing::warn!(error = %e, "saving update progress"),
+    }
+}
+
 async fn run_update(
     mut body: Body,
     history: &History,
@@ -362,6 +375,7 @@ async fn run_update(
     let mut verifier = PayloadVerifier::new(&header.manifest);
     let first = buf.get(header.header_len..).unwrap_or_default().to_vec();
     let mut pending = Some(axum::body::Bytes::from(first));
+    let mut reported = 0u64;
     while let Some(chunk) = match pending.take() {
         Some(c) => Some(c),
         None => next_chunk(&mut body).await?,
@@ -370,6 +384,12 @@ async fn run_update(
         out.write_all(&chunk)
             .await
             .map_err(|e| UploadError::System(anyhow::anyhow!("writing {}: {e}", dev.display())))?;
+        if verifier.seen() - reported >= PROGRESS_STEP_BYTES {
+            reported = verifier.seen();
+            record.bytes_written = reported;
+            record.updated_at = now();
+            save_progress(history, record).await;
+        }
     }
     record.bytes_written = verifier.seen();
     out.flush()

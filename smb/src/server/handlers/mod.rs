@@ -30,7 +30,13 @@ where
     match tokio::task::spawn_blocking(f).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => {
-            tracing::debug!(error = %e, "storage call failed");
+            // An I/O error without a specific status is the server's fault (the
+            // client only sees UNSUCCESSFUL or IO_DEVICE_ERROR): worth a warning.
+            if matches!(e, FsError::Io { .. }) {
+                tracing::warn!(error = %e, "storage call failed");
+            } else {
+                tracing::debug!(error = %e, "storage call failed");
+            }
             Err(e.nt_status())
         }
         Err(e) => {
