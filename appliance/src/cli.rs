@@ -46,6 +46,15 @@ pub enum IoEngine {
     Threads,
 }
 
+/// Parses one SMB cipher name for `--smb-ciphers`.
+fn parse_cipher(name: &str) -> Result<quarry_smb::crypto::Cipher, String> {
+    quarry_smb::crypto::Cipher::from_name(name).ok_or_else(|| {
+        format!(
+            "unknown cipher {name:?} (one of aes-128-gcm, aes-128-ccm, aes-256-gcm, aes-256-ccm)"
+        )
+    })
+}
+
 /// Arguments of `quarry serve`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
@@ -75,6 +84,17 @@ pub struct ServeArgs {
         default_value = "uring"
     )]
     pub nvme_io_engine: IoEngine,
+    /// SMB encryption ciphers the server accepts, in its order of preference, comma
+    /// separated: aes-128-gcm, aes-128-ccm, aes-256-gcm, aes-256-ccm (the default is all
+    /// four in that order; e.g. `aes-256-gcm,aes-256-ccm` for AES-256 only).
+    #[arg(
+        long,
+        env = "QUARRY_SMB_CIPHERS",
+        value_delimiter = ',',
+        value_parser = parse_cipher,
+        default_value = "aes-128-gcm,aes-128-ccm,aes-256-gcm,aes-256-ccm"
+    )]
+    pub smb_ciphers: Vec<quarry_smb::crypto::Cipher>,
     /// Web UI, REST API and `/metrics`.
     #[arg(long, env = "QUARRY_HTTP_LISTEN", default_value = "0.0.0.0:8080")]
     pub http_listen: SocketAddr,

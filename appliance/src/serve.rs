@@ -173,7 +173,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .context("HTTP server")
         });
     }
-    tasks.spawn(smb_service::run(smb, state.clone(), shutdown.clone()));
+    tasks.spawn(smb_service::run(
+        smb,
+        state.clone(),
+        args.smb_ciphers.clone(),
+        shutdown.clone(),
+    ));
     tasks.spawn(nvme_service::run(
         state.clone(),
         args.nvme_io_engine,

@@ -29,9 +29,24 @@ struct Entry {
     peer: SocketAddr,
     since: i64,
     target: Mutex<String>,
+    security: Mutex<Option<Security>>,
     read: AtomicU64,
     written: AtomicU64,
     cancel: CancellationToken,
+}
+
+/// What protects a session: the dialect, signing algorithm and cipher it negotiated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Security {
+    /// Protocol version, e.g. `3.1.1`.
+    pub dialect: String,
+    /// Signing algorithm, e.g. `aes-128-gmac`.
+    pub signing: String,
+    /// Negotiated cipher, e.g. `aes-256-gcm`; absent when encryption was not negotiated.
+    pub cipher: Option<String>,
+    /// Whether every message of the session is encrypted (shares with `encrypt` are
+    /// encrypted even when this is false).
+    pub encrypt_all: bool,
 }
 
 /// A session as the API shows it.
@@ -53,6 +68,8 @@ pub struct SessionInfo {
     pub bytes_read: u64,
     /// Bytes written by the client.
     pub bytes_written: u64,
+    /// What protects the session (SMB), once known.
+    pub security: Option<Security>,
 }
 
 /// Registry of live sessions, shared by every service and the API.
@@ -80,6 +97,14 @@ impl SessionGuard {
     /// Records what the session is using (share names, subsystem).
     pub fn set_target(&self, target: String) {
         *self.entry.target.lock().unwrap_or_else(|p| p.into_inner()) = target;
+    }
+    /// Records what protects the session.
+    pub fn set_security(&self, security: Security) {
+        *self
+            .entry
+            .security
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(security);
     }
     /// The session's id in the registry.
     pub fn id(&self) -> u64 {
@@ -116,6 +141,7 @@ impl SessionRegistry {
             peer,
             since: crate::db::now(),
             target: Mutex::new(target),
+            security: Mutex::new(None),
             read: AtomicU64::new(0),
             written: AtomicU64::new(0),
             cancel: cancel.clone(),
@@ -147,6 +173,7 @@ impl SessionRegistry {
                 target: e.target.lock().map(|t| t.clone()).unwrap_or_default(),
                 bytes_read: e.read.load(Ordering::Relaxed),
                 bytes_written: e.written.load(Ordering::Relaxed),
+                security: e.security.lock().map(|s| s.clone()).unwrap_or_default(),
             })
             .collect();
         out.sort_by_key(|s| s.id);

@@ -21,6 +21,7 @@ use posix_fs::{PosixShareConfig, PosixShareFs};
 pub async fn run(
     listener: TcpListener,
     state: AppState,
+    ciphers: Vec<quarry_smb::crypto::Cipher>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let backend = Arc::new(AppBackend {
@@ -44,7 +45,11 @@ pub async fn run(
             }
         }
     });
-    server::serve(listener, backend, ServerConfig::new(), shutdown).await?;
+    let config = ServerConfig {
+        ciphers,
+        ..ServerConfig::new()
+    };
+    server::serve(listener, backend, config, shutdown).await?;
     Ok(())
 }
 
@@ -169,5 +174,25 @@ impl SessionObserver for Observer {
     }
     fn cancelled(&self) -> CancellationToken {
         self.cancel.clone()
+    }
+    fn set_security(&self, security: server::SessionSecurity) {
+        self.guard.set_security(crate::sessions::Security {
+            dialect: dialect_name(security.dialect).to_string(),
+            signing: security.signing.name().to_string(),
+            cipher: security.cipher.map(|c| c.name().to_string()),
+            encrypt_all: security.encrypt_all,
+        });
+    }
+}
+
+/// The dialect as admins write it (`3.1.1`).
+fn dialect_name(dialect: u16) -> &'static str {
+    match dialect {
+        0x0202 => "2.0.2",
+        0x0210 => "2.1",
+        0x0300 => "3.0",
+        0x0302 => "3.0.2",
+        0x0311 => "3.1.1",
+        _ => "unknown",
     }
 }

@@ -90,6 +90,15 @@ impl SigningAlgorithm {
         }
     }
 
+    /// The algorithm's name for listings (`aes-128-gmac`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::HmacSha256 => "hmac-sha256",
+            Self::AesCmac => "aes-128-cmac",
+            Self::AesGmac => "aes-128-gmac",
+        }
+    }
+
     /// Maps a wire id from SMB2_SIGNING_CAPABILITIES; `None` for ids we do not implement.
     pub fn from_wire_id(id: u16) -> Option<Self> {
         match id {
@@ -124,6 +133,32 @@ impl Cipher {
             Self::Aes256Ccm => 3,
             Self::Aes256Gcm => 4,
         }
+    }
+
+    /// Every cipher, in the server's default order of preference (AES-128 first: some
+    /// clients derive only 128-bit keys).
+    pub const ALL: [Cipher; 4] = [
+        Self::Aes128Gcm,
+        Self::Aes128Ccm,
+        Self::Aes256Gcm,
+        Self::Aes256Ccm,
+    ];
+
+    /// The cipher's name as admins write it (`aes-128-gcm`), for settings and listings.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Aes128Ccm => "aes-128-ccm",
+            Self::Aes128Gcm => "aes-128-gcm",
+            Self::Aes256Ccm => "aes-256-ccm",
+            Self::Aes256Gcm => "aes-256-gcm",
+        }
+    }
+
+    /// Parses [`Cipher::name`] (case-insensitive); `None` for anything else.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.name().eq_ignore_ascii_case(name.trim()))
     }
 
     /// Maps a wire id; `None` for ids we do not implement.

@@ -90,6 +90,23 @@ pub trait SessionObserver: Send + Sync {
     fn set_target(&self, target: String);
     /// Cancelled when an admin disconnects the session.
     fn cancelled(&self) -> CancellationToken;
+    /// Told once, when the session is set up, what protects it (for listings: admins
+    /// check that clients really sign and encrypt). The default ignores it.
+    fn set_security(&self, _security: SessionSecurity) {}
+}
+
+/// The protection a session negotiated, as [`SessionObserver::set_security`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionSecurity {
+    /// The dialect (0x0202 … 0x0311).
+    pub dialect: u16,
+    /// The signing algorithm of the session.
+    pub signing: crate::crypto::SigningAlgorithm,
+    /// The connection's cipher, when encryption was negotiated.
+    pub cipher: Option<crate::crypto::Cipher>,
+    /// Whether every message of the session is encrypted (EncryptData for the session);
+    /// shares with `encrypt` encrypt their trees even when this is false.
+    pub encrypt_all: bool,
 }
 
 /// What the server needs from the appliance. Methods may block briefly (a database lookup);
@@ -124,6 +141,10 @@ pub struct ServerConfig {
     pub computer_name: String,
     /// Workgroup/domain announced in NTLM.
     pub domain: String,
+    /// Ciphers the server accepts, in its order of preference (3.1.1 picks the first the
+    /// client offers; 3.0/3.0.2 encrypt only when AES-128-CCM is here). Empty: encryption
+    /// is never negotiated, so encrypted shares refuse every client.
+    pub ciphers: Vec<crate::crypto::Cipher>,
 }
 
 impl ServerConfig {
@@ -137,6 +158,7 @@ impl ServerConfig {
             server_guid: guid,
             computer_name: "QUARRY".into(),
             domain: "WORKGROUP".into(),
+            ciphers: crate::crypto::Cipher::ALL.to_vec(),
         }
     }
 }

@@ -22,14 +22,6 @@ const DIALECTS: [u16; 5] = [
     DIALECT_210,
     DIALECT_202,
 ];
-/// Ciphers in the server's order of preference (AES-128 first: some clients derive only
-/// 128-bit keys).
-const CIPHERS: [Cipher; 4] = [
-    Cipher::Aes128Gcm,
-    Cipher::Aes128Ccm,
-    Cipher::Aes256Gcm,
-    Cipher::Aes256Ccm,
-];
 /// Preauth salt length sent by the server.
 const SALT_LEN: usize = 32;
 
@@ -77,7 +69,9 @@ pub fn negotiate(conn: &mut Connection, ctx: &mut Ctx<'_>, req: NegotiateRequest
         for c in &req.contexts {
             match c {
                 NegotiateContext::Encryption { ciphers } => {
-                    cipher = CIPHERS
+                    cipher = conn
+                        .config
+                        .ciphers
                         .iter()
                         .copied()
                         .find(|x| ciphers.contains(&x.wire_id()));
@@ -104,6 +98,7 @@ pub fn negotiate(conn: &mut Connection, ctx: &mut Ctx<'_>, req: NegotiateRequest
         }
     } else if (dialect == DIALECT_300 || dialect == DIALECT_302)
         && req.capabilities & CAP_ENCRYPTION != 0
+        && conn.config.ciphers.contains(&Cipher::Aes128Ccm)
     {
         caps |= CAP_ENCRYPTION;
         cipher = Some(Cipher::Aes128Ccm);

@@ -235,6 +235,14 @@ pub async fn session_setup(
                     flags |= SESSION_FLAG_ENCRYPT_DATA;
                 }
             }
+            if let Some(o) = &observer {
+                o.set_security(crate::server::SessionSecurity {
+                    dialect: neg.dialect,
+                    signing: neg.signing,
+                    cipher: neg.cipher,
+                    encrypt_all: s.encrypt_data,
+                });
+            }
             s.user = user;
             s.observer = observer;
             s.auth = AuthState::Valid;

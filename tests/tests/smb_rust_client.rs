@@ -1,0 +1,216 @@
+//! The `smb` crate (smb-rs 0.12) as a client of the real `quarry` binary: for each cipher the
+//! crate can use, an appliance that accepts only that cipher (`QUARRY_SMB_CIPHERS`), a share
+//! with `encrypt` on, and a client that requires encryption writes a file, reads it back
+//! from a second open and compares; the session listing shows the negotiated cipher, so
+//! the run proves which cipher carried the bytes.
+//!
+//! The crate derives only 128-bit keys (its KDF output type is 16 bytes), so it cannot
+//! speak AES-256: for the two AES-256 ciphers the same round trip is made with smbprotocol
+//! (Python), which implements them, and an AES-256-only appliance is shown to refuse the
+//! crate's session rather than fall back to something weaker.
+
+use std::process::Command;
+use std::str::FromStr;
+
+use quarry_tests::QuarryProcess;
+use serde_json::{json, Value};
+use smb::{
+    Client, ClientConfig, ConnectionConfig, FileAccessMask, FileCreateArgs, ReadAt, UncPath,
+    WriteAt,
+};
+
+const USER: &str = "rusty";
+const PASS: &str = "rusty-secret-7";
+/// A size spanning several requests of the crate's default 64 KiB..8 MiB I/O, not a multiple
+/// of any of them.
+const FILE_LEN: usize = 3 * 1024 * 1024 + 4097;
+
+/// Starts an appliance that accepts only `cipher`, with user USER and encrypted share `sealed`
+/// (the data directory lives as long as the returned guard).
+fn appliance(cipher: &str) -> (tempfile::TempDir, QuarryProcess) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let q =
+        QuarryProcess::start_with(&data, &[("QUARRY_SMB_CIPHERS", cipher)]).expect("quarry starts");
+    let api = q.admin().expect("admin login");
+    let (s, b) = api
+        .post("/api/v1/users", &json!({"name": USER, "password": PASS}))
+        .expect("create user");
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = api
+        .post(
+            "/api/v1/shares",
+            &json!({"name": "sealed", "encrypt": true}),
+        )
+        .expect("create share");
+    assert_eq!(s, 201, "{b}");
+    (dir, q)
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn client() -> Client {
+    Client::new(ClientConfig {
+        connection: ConnectionConfig {
+            encryption_mode: smb::connection::EncryptionMode::Required,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+}
+
+/// Writes, closes, reopens and reads back a file through the crate; returns what was read.
+async fn round_trip(q: &QuarryProcess, client: &Client, data: &[u8]) -> smb::Result<Vec<u8>> {
+    let share = UncPath::from_str(&format!(r"\\127.0.0.1:{}\sealed", q.smb.port()))?;
+    client.share_connect(&share, USER, PASS.to_string()).await?;
+    let path = share.clone().with_path("weights.bin");
+    let file = client
+        .create_file(
+            &path,
+            &FileCreateArgs::make_overwrite(Default::default(), Default::default()),
+        )
+        .await?
+        .unwrap_file();
+    let mut at = 0usize;
+    while at < data.len() {
+        let end = (at + 1024 * 1024).min(data.len());
+        let n = file.write_at(&data[at..end], at as u64).await?;
+        assert!(n > 0, "short write at {at}");
+        at += n;
+    }
+    file.close().await?;
+
+    let file = client
+        .create_file(
+            &path,
+            &FileCreateArgs::make_open_existing(FileAccessMask::new().with_generic_read(true)),
+        )
+        .await?
+        .unwrap_file();
+    let mut back = vec![0u8; data.len()];
+    let mut at = 0usize;
+    while at < back.len() {
+        let end = (at + 1024 * 1024).min(back.len());
+        let n = file.read_at(&mut back[at..end], at as u64).await?;
+        assert!(n > 0, "unexpected end of file at {at}");
+        at += n;
+    }
+    file.close().await?;
+    Ok(back)
+}
+
+/// The security of the one live SMB session, as the API lists it.
+fn session_security(q: &QuarryProcess) -> Value {
+    let (s, b) = q.admin().unwrap().get("/api/v1/sessions").unwrap();
+    assert_eq!(s, 200, "{b}");
+    let smb: Vec<&Value> = b
+        .as_array()
+        .expect("session list")
+        .iter()
+        .filter(|s| s["protocol"] == "smb")
+        .collect();
+    assert_eq!(smb.len(), 1, "one SMB session expected: {b}");
+    smb[0]["security"].clone()
+}
+
+fn crate_round_trip_with(cipher: &str, seed: u64) {
+    let (_dir, q) = appliance(cipher);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = client();
+        let data = pattern(FILE_LEN, seed);
+        let back = round_trip(&q, &client, &data)
+            .await
+            .unwrap_or_else(|e| panic!("{cipher}: {e}\n{}", q.log_text()));
+        assert!(back == data, "{cipher}: data read back differs");
+        let sec = session_security(&q);
+        assert_eq!(sec["cipher"], cipher, "{sec}");
+        assert_eq!(sec["dialect"], "3.1.1", "{sec}");
+    });
+}
+
+#[test]
+fn smb_crate_aes_128_gcm_round_trip() {
+    crate_round_trip_with("aes-128-gcm", 1);
+}
+
+#[test]
+fn smb_crate_aes_128_ccm_round_trip() {
+    crate_round_trip_with("aes-128-ccm", 2);
+}
+
+#[test]
+fn aes_256_only_appliance_refuses_the_crate_and_serves_smbprotocol() {
+    for cipher in ["aes-256-gcm", "aes-256-ccm"] {
+        let (_dir, q) = appliance(cipher);
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let refused = rt.block_on(async {
+            let client = client();
+            round_trip(&q, &client, &pattern(4096, 3)).await.is_err()
+        });
+        assert!(
+            refused,
+            "{cipher}: the crate (128-bit keys only) must not get a session"
+        );
+
+        let script = r#"
+import os, hashlib, uuid
+import smbclient
+port = int(os.environ["PORT"])
+smbclient.register_session("127.0.0.1", username=os.environ["SMBUSER"], password=os.environ["SMBPASS"], port=port, encrypt=True)
+path = r"\\127.0.0.1\sealed\weights.bin"
+data = os.urandom(3 * 1024 * 1024 + 4097)
+with smbclient.open_file(path, mode="wb", port=port) as f:
+    f.write(data)
+with smbclient.open_file(path, mode="rb", port=port) as f:
+    assert f.read() == data, "data read back differs"
+import sys, json, urllib.request
+req = urllib.request.Request(os.environ["API"] + "/api/v1/sessions", headers={"Authorization": "Bearer " + os.environ["TOKEN"]})
+sessions = [s for s in json.load(urllib.request.urlopen(req)) if s["protocol"] == "smb"]
+print(json.dumps([s["security"] for s in sessions]))
+"#;
+        let api = q.admin().unwrap();
+        let out = Command::new("python3")
+            .args(["-c", script])
+            .env("PORT", q.smb.port().to_string())
+            .env("SMBUSER", USER)
+            .env("SMBPASS", PASS)
+            .env("API", q.url())
+            .env("TOKEN", api.token().expect("token"))
+            .output()
+            .expect("python3 runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "{cipher}: smbprotocol failed:\n{text}"
+        );
+        let securities: Value = serde_json::from_str(
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .lines()
+                .last()
+                .unwrap_or("[]"),
+        )
+        .unwrap_or_else(|e| panic!("{e}: {text}"));
+        let list = securities.as_array().expect("list");
+        assert!(!list.is_empty(), "{text}");
+        assert!(
+            list.iter().all(|s| s["cipher"] == cipher),
+            "{cipher}: {securities}"
+        );
+    }
+}
