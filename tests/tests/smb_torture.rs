@@ -17,6 +17,9 @@ const PER_TEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// smbtorture tests Quarry passes (generated from a full run, then kept by hand).
 const PASSING: &[&str] = &[
+    "smb2.charset.Testing composite character (a umlaut)",
+    "smb2.charset.Testing naked diacritical (umlaut)",
+    "smb2.charset.Testing wide-a",
     "smb2.compound.compound-break",
     "smb2.compound.create-write-close",
     "smb2.compound.invalid1",
@@ -28,6 +31,7 @@ const PASSING: &[&str] = &[
     "smb2.compound.related5",
     "smb2.compound.related6",
     "smb2.compound.related8",
+    "smb2.compound.related9",
     "smb2.compound.unrelated1",
     "smb2.compound_async.flush_close",
     "smb2.compound_async.flush_flush",
@@ -107,6 +111,7 @@ const PASSING: &[&str] = &[
     "smb2.lock.context",
     "smb2.lock.errorcode",
     "smb2.lock.lock",
+    "smb2.lock.multiple-unlock",
     "smb2.lock.overlap",
     "smb2.lock.range",
     "smb2.lock.rw-exclusive",
@@ -114,6 +119,7 @@ const PASSING: &[&str] = &[
     "smb2.lock.stacking",
     "smb2.lock.truncate",
     "smb2.lock.unlock",
+    "smb2.lock.valid-request",
     "smb2.lock.zerobytelength",
     "smb2.lock.zerobyteread",
     "smb2.mkdir",

@@ -117,8 +117,22 @@ pub async fn lock(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest) ->
     let open = super::open(conn, ctx, req.file_id)?;
     let share = open.share.clone().ok_or(status::INVALID_DEVICE_REQUEST)?;
     let (inode, id) = (open.inode, open.file_id.volatile);
-    let plan = LockPlan::from_elements(req.locks.iter().map(|l| (l.offset, l.length, l.flags)))
-        .map_err(|e| e.nt_status())?;
+    let elements = || req.locks.iter().map(|l| (l.offset, l.length, l.flags));
+    // An unlock-first request is processed element by element (MS-SMB2 3.3.5.14.1): the
+    // unlocks before a bad element stay done, and an unlock failure wins over the bad flag.
+    if let Some((ranges, bad)) = LockPlan::unlock_prefix(elements()) {
+        share
+            .locks()
+            .unlock(inode, id, &ranges)
+            .map_err(|e| e.nt_status())?;
+        if let Some(e) = bad {
+            return Err(e.nt_status());
+        }
+        let mut body = Vec::new();
+        encode_empty_response(&mut body);
+        return Ok(Reply::ok(body));
+    }
+    let plan = LockPlan::from_elements(elements()).map_err(|e| e.nt_status())?;
     match plan {
         LockPlan::Unlock(ranges) => share
             .locks()
