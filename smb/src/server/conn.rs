@@ -17,7 +17,7 @@ use crate::proto::transform::{is_transform, TransformHeader, TRANSFORM_LEN};
 use crate::proto::{smb1, status, Command, FileId, Header, HEADER_LEN};
 
 use super::credits::CreditWindow;
-use super::dispatch::{self, Ctx, PreauthTarget, Reply};
+use super::dispatch::{self, Ctx, Deferred, PreauthTarget, Reply};
 use super::pending::{PendingOp, MAX_PENDING_PER_CONNECTION, PENDING_POLL};
 use super::shared::SharedState;
 use super::state::{AuthState, ConnState};
@@ -82,7 +82,7 @@ pub async fn run_connection(
     shutdown: CancellationToken,
 ) -> Result<(), ConnError> {
     let local = sock.local_addr()?;
-    let (rd, mut wr) = sock.into_split();
+    let (rd, wr) = sock.into_split();
     let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
     let mut conn = Connection {
         state: ConnState {
@@ -115,42 +115,97 @@ pub async fn run_connection(
             }
         }
     });
-    let result = serve_frames(&mut conn, rx, &mut wr, &shutdown).await;
+    let (out_tx, out_rx) = tokio::sync::mpsc::channel(OUT_QUEUE);
+    let writer = tokio::spawn(write_responses(wr, out_rx));
+    let result = serve_frames(&mut conn, rx, out_tx, &shutdown).await;
     reader.abort();
+    // The writer ends once every sender is gone: this loop's and those of READs and WRITEs
+    // still running. Responses already queued (a LOGOFF's, say) go out first.
+    let flushed = tokio::time::timeout(FLUSH_TIMEOUT, writer).await;
     conn.cleanup().await;
-    result
+    match (result, flushed) {
+        (Err(e), _) => Err(e),
+        (Ok(()), Ok(Ok(Err(e)))) => Err(e),
+        (Ok(()), _) => Ok(()),
+    }
 }
 
 /// Frames read ahead of processing. Each may be up to `MAX_FRAME_LEN` (about 8 MiB), so this
 /// bounds a connection's buffered input to a few frames.
 const FRAME_QUEUE: usize = 2;
+/// Responses queued for the socket writer; the queue's bound holds back the request loop
+/// (and deferred READs) when the client stops reading.
+const OUT_QUEUE: usize = 64;
+/// Bytes of READ/WRITE payload a connection may have in flight off its request loop; more
+/// waits (each READ or WRITE is at most `MAX_IO_SIZE`, 8 MiB). Units of [`BUDGET_UNIT`].
+const INFLIGHT_BUDGET: u32 = (64 * 1024 * 1024 / BUDGET_UNIT) as u32;
+/// Granularity of [`INFLIGHT_BUDGET`].
+const BUDGET_UNIT: usize = 64 * 1024;
+/// How long a closing connection waits for queued and in-flight responses.
+const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Responses written to the socket in one vectored write at most.
+const WRITE_BATCH: usize = 16;
 
 type FrameRx = tokio::sync::mpsc::Receiver<Result<Option<Vec<u8>>, ConnError>>;
 
-async fn write_messages<W: AsyncWriteExt + Unpin>(
-    wr: &mut W,
+/// A response on its way to the socket, holding its share of the in-flight budget.
+type Outgoing = (Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>);
+
+/// Writes responses as they come, batching whatever is queued into one vectored write of
+/// frame headers and messages (no copy into a frame buffer).
+async fn write_responses<W: AsyncWriteExt + Unpin>(
+    mut wr: W,
+    mut rx: tokio::sync::mpsc::Receiver<Outgoing>,
+) -> Result<(), ConnError> {
+    let mut batch: Vec<Outgoing> = Vec::with_capacity(WRITE_BATCH);
+    while rx.recv_many(&mut batch, WRITE_BATCH).await > 0 {
+        let headers = batch
+            .iter()
+            .map(|(m, _)| frame_header(m.len()).map_err(|e| violation(e.to_string())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(batch.len() * 2);
+        for (h, (m, _)) in headers.iter().zip(&batch) {
+            slices.push(std::io::IoSlice::new(h));
+            slices.push(std::io::IoSlice::new(m));
+        }
+        let mut rest = &mut slices[..];
+        while !rest.is_empty() {
+            let n = wr.write_vectored(rest).await?;
+            if n == 0 {
+                return Err(ConnError::Io(std::io::ErrorKind::WriteZero.into()));
+            }
+            std::io::IoSlice::advance_slices(&mut rest, n);
+        }
+        drop(slices);
+        batch.clear();
+    }
+    wr.flush().await?;
+    Ok(())
+}
+
+/// Queues responses for the writer; an error means the writer has stopped (socket gone).
+async fn send_all(
+    out: &tokio::sync::mpsc::Sender<Outgoing>,
     msgs: Vec<Vec<u8>>,
 ) -> Result<(), ConnError> {
-    for out in msgs {
-        let mut framed = Vec::with_capacity(out.len() + FRAME_HEADER_LEN);
-        framed.extend_from_slice(&frame_header(out.len()).map_err(|e| violation(e.to_string()))?);
-        framed.extend_from_slice(&out);
-        wr.write_all(&framed).await?;
+    for m in msgs {
+        out.send((m, None))
+            .await
+            .map_err(|_| ConnError::Io(std::io::ErrorKind::BrokenPipe.into()))?;
     }
     Ok(())
 }
 
-/// Processes and answers frames until EOF, error, timeout or cancellation, completing
-/// asynchronous operations in between.
-async fn serve_frames<W>(
+/// Processes frames until EOF, error, timeout or cancellation, completing asynchronous
+/// operations in between. READs and WRITEs that stand alone run as their own tasks, bounded
+/// by [`INFLIGHT_BUDGET`], while later requests are read and answered.
+async fn serve_frames(
     conn: &mut Connection,
     mut rx: FrameRx,
-    wr: &mut W,
+    out: tokio::sync::mpsc::Sender<Outgoing>,
     shutdown: &CancellationToken,
-) -> Result<(), ConnError>
-where
-    W: AsyncWriteExt + Unpin,
-{
+) -> Result<(), ConnError> {
+    let budget = Arc::new(tokio::sync::Semaphore::new(INFLIGHT_BUDGET as usize));
     loop {
         let authed = conn.state.sessions.values().any(|s| s.is_valid());
         let limit = if authed { IDLE_TIMEOUT } else { AUTH_TIMEOUT };
@@ -160,7 +215,7 @@ where
             _ = conn.admin_cancel.cancelled() => return Err(ConnError::Shutdown),
             _ = tokio::time::sleep(PENDING_POLL), if waiting => {
                 let msgs = conn.poll_pending()?;
-                write_messages(wr, msgs).await?;
+                send_all(&out, msgs).await?;
                 continue;
             }
             r = tokio::time::timeout(limit, rx.recv()) => match r {
@@ -170,8 +225,94 @@ where
             },
         };
         let Some(frame) = frame else { return Ok(()) };
-        let msgs = conn.process(frame).await?;
-        write_messages(wr, msgs).await?;
+        let units = u32::try_from(frame.len().div_ceil(BUDGET_UNIT).max(1))
+            .unwrap_or(INFLIGHT_BUDGET)
+            .min(INFLIGHT_BUDGET);
+        let processed = conn.process(frame).await?;
+        send_all(&out, processed.msgs).await?;
+        if let Some(job) = processed.deferred {
+            // A READ's response is as large as what it asked for: charge the larger of the
+            // request and the header's credit charge (64 KiB per credit).
+            let charge = u32::from(job.credit_charge().max(1)).min(INFLIGHT_BUDGET);
+            let permit = budget
+                .clone()
+                .acquire_many_owned(units.max(charge))
+                .await
+                .map_err(|_| ConnError::Shutdown)?;
+            let out = out.clone();
+            // A response that cannot be sealed or signed ends the connection (the client
+            // would otherwise wait for it forever).
+            let end = conn.admin_cancel.clone();
+            tokio::spawn(async move {
+                match job.run().await {
+                    Ok(msg) => {
+                        let _ = out.send((msg, Some(permit))).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "deferred response could not be sealed");
+                        end.cancel();
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// What processing one frame produced.
+pub struct Processed {
+    /// Responses to send now, in order.
+    pub msgs: Vec<Vec<u8>>,
+    /// A READ or WRITE whose response is finished concurrently.
+    pub deferred: Option<DeferredJob>,
+}
+
+/// A READ or WRITE's storage call plus everything needed to answer it: the response header
+/// (credits already granted) and the session's signing or sealing key.
+pub struct DeferredJob {
+    work: Deferred,
+    header: Header,
+    signing_key: Option<crate::crypto::SigningKey>,
+    seal: Option<(Arc<crate::crypto::CipherKey>, [u8; 16], u64)>,
+}
+
+impl DeferredJob {
+    /// Credits the request was charged (a READ's response size is bounded by 64 KiB each).
+    pub fn credit_charge(&self) -> u16 {
+        self.header.credit_charge
+    }
+
+    /// Runs the storage call and returns the signed or sealed response message.
+    pub async fn run(self) -> Result<Vec<u8>, ConnError> {
+        let mut header = self.header;
+        let body = match self.work.await {
+            Ok(body) => body,
+            Err(st) => {
+                header.status = st;
+                let mut b = Vec::with_capacity(9);
+                crate::proto::io::encode_error_response(&mut b);
+                b
+            }
+        };
+        let reserve = if self.seal.is_some() {
+            TRANSFORM_LEN
+        } else {
+            0
+        };
+        let mut msg = Vec::with_capacity(reserve + HEADER_LEN + body.len());
+        msg.resize(reserve, 0);
+        header.encode(&mut msg);
+        msg.extend_from_slice(&body);
+        drop(body);
+        if let Some((key, nonce, sid)) = self.seal {
+            key.seal_frame(&mut msg, &nonce, sid)
+                .map_err(|e| violation(e.to_string()))?;
+        } else if let Some(key) = self.signing_key {
+            let m = &mut msg[..];
+            let flags = u32::from_le_bytes([m[16], m[17], m[18], m[19]]) | FLAG_SIGNED;
+            m[16..20].copy_from_slice(&flags.to_le_bytes());
+            key.sign(m).map_err(|e| violation(e.to_string()))?;
+        }
+        Ok(msg)
     }
 }
 
@@ -206,11 +347,14 @@ struct Chain {
 }
 
 impl Connection {
-    /// Processes one received frame; returns the response message (unframed), empty when
-    /// nothing is to be sent.
-    pub async fn process(&mut self, mut frame: Vec<u8>) -> Result<Vec<Vec<u8>>, ConnError> {
+    /// Processes one received frame; returns the response messages (unframed) to send now
+    /// and, for a lone READ or WRITE, the job that finishes its response off this task.
+    pub async fn process(&mut self, mut frame: Vec<u8>) -> Result<Processed, ConnError> {
         if smb1::is_smb1(&frame) {
-            return Ok(vec![self.smb1_negotiate(&frame)?]);
+            return Ok(Processed {
+                msgs: vec![self.smb1_negotiate(&frame)?],
+                deferred: None,
+            });
         }
         let mut encrypted_by: Option<u64> = None;
         let plain: Vec<u8> = if is_transform(&frame) {
@@ -239,6 +383,7 @@ impl Connection {
         let mut extra: Vec<Vec<u8>> = Vec::new();
         let mut chain = Chain::default();
         let mut encrypt_response = encrypted_by;
+        let mut deferred_job = None;
         for (i, element) in elements.iter().enumerate() {
             let hdr = Header::decode(element).map_err(|e| violation(e.to_string()))?;
             if hdr.flags & FLAG_SERVER_TO_REDIR != 0 {
@@ -286,10 +431,11 @@ impl Connection {
                     related,
                     &chain,
                     encrypted_by,
+                    elements.len() == 1,
                 )
                 .await
             };
-            let (reply, signed_req) = match reply.wait.take() {
+            let (mut reply, signed_req) = match reply.wait.take() {
                 Some(wait) if self.pending.len() < MAX_PENDING_PER_CONNECTION => {
                     self.next_async_id += 1;
                     self.pending.push(PendingOp {
@@ -343,6 +489,16 @@ impl Connection {
                     None
                 },
             };
+            if let Some(work) = reply.deferred.take() {
+                // Only a lone request is deferred: nothing follows it in this frame.
+                if reply.encrypt && encrypt_response.is_none() {
+                    encrypt_response = Some(rh.session_id);
+                }
+                let sign =
+                    signed_req || reply.force_sign || self.session_requires_signing(rh.session_id);
+                deferred_job = Some(self.deferred_job(work, rh, sign, encrypt_response));
+                break;
+            }
             let mut msg = Vec::with_capacity(HEADER_LEN + reply.body.len());
             rh.encode(&mut msg);
             msg.extend_from_slice(&reply.body);
@@ -383,7 +539,43 @@ impl Connection {
             out.insert(0, self.finish(responses, encrypt_response)?);
         }
         self.prune_expired_sessions();
-        Ok(out)
+        Ok(Processed {
+            msgs: out,
+            deferred: deferred_job,
+        })
+    }
+
+    /// Captures what a deferred response needs from the session now (its signing key, or its
+    /// sealing key with a fresh nonce), so the job runs without the connection.
+    fn deferred_job(
+        &mut self,
+        work: Deferred,
+        header: Header,
+        sign: bool,
+        encrypt_for: Option<u64>,
+    ) -> DeferredJob {
+        let mut job = DeferredJob {
+            work,
+            header,
+            signing_key: None,
+            seal: None,
+        };
+        if let Some(sid) = encrypt_for {
+            if let Some(session) = self.state.sessions.get_mut(&sid) {
+                if let Some(key) = session.encrypt_key.clone() {
+                    job.seal = Some((key, session.next_nonce(), sid));
+                    return job;
+                }
+            }
+        }
+        if sign {
+            job.signing_key = self
+                .state
+                .sessions
+                .get(&job.header.session_id)
+                .and_then(|s| s.signing_key.clone());
+        }
+        job
     }
 
     /// Closes every open of every session (share-mode entries, locks, delete-on-close) when
@@ -482,6 +674,7 @@ impl Connection {
         related: bool,
         chain: &Chain,
         encrypted_by: Option<u64>,
+        deferrable: bool,
     ) -> (Reply, bool) {
         if let (true, Some(st)) = (related, chain.create_error) {
             // A related request after a failed CREATE fails the same way (MS-SMB2 3.3.5.2.7.2).
@@ -544,6 +737,7 @@ impl Connection {
             tree_id,
             related_file_id: if related { chain.file_id } else { None },
             encrypted: encrypted_by.is_some(),
+            deferrable,
         };
         let reply = dispatch::dispatch(self, &mut ctx).await;
         (reply, signed)

@@ -41,7 +41,15 @@ pub struct Reply {
     pub wait: Option<super::pending::Wait>,
     /// AsyncId of an interim response (set by the connection).
     pub async_id: Option<u64>,
+    /// The storage part of a READ or WRITE, left for the connection to finish off its task
+    /// (only when [`Ctx::deferrable`]): resolves to the success body or an NTSTATUS. The
+    /// connection keeps reading and dispatching requests while it runs.
+    pub deferred: Option<Deferred>,
 }
+
+/// A READ or WRITE's storage call and response body, run concurrently with later requests.
+pub type Deferred =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u8>, u32>> + Send + 'static>>;
 
 impl Reply {
     /// A success reply with `body`.
@@ -74,6 +82,21 @@ impl Reply {
     }
 }
 
+impl Reply {
+    /// A reply whose body comes from `work`: deferred when the request allows it, awaited
+    /// in place otherwise (compound elements must answer in order).
+    pub async fn deferred_or_now(ctx: &Ctx<'_>, work: Deferred) -> Result<Reply, u32> {
+        if ctx.deferrable {
+            Ok(Reply {
+                deferred: Some(work),
+                ..Reply::default()
+            })
+        } else {
+            work.await.map(Reply::ok)
+        }
+    }
+}
+
 /// Handler result: `Err(status)` becomes an error reply.
 pub type HResult = Result<Reply, u32>;
 
@@ -91,6 +114,9 @@ pub struct Ctx<'a> {
     pub related_file_id: Option<FileId>,
     /// The request arrived encrypted.
     pub encrypted: bool,
+    /// The request stands alone (not part of a compound), so a READ or WRITE may hand its
+    /// storage call back as [`Reply::deferred`] instead of awaiting it.
+    pub deferrable: bool,
 }
 
 impl Ctx<'_> {

@@ -95,7 +95,7 @@ pub struct Session {
     /// Signing key (absent for guest).
     pub signing_key: Option<SigningKey>,
     /// Key that seals server→client messages.
-    pub encrypt_key: Option<CipherKey>,
+    pub encrypt_key: Option<std::sync::Arc<CipherKey>>,
     /// Key that opens client→server messages.
     pub decrypt_key: Option<CipherKey>,
     /// Every request must be signed (unless encrypted).
@@ -111,7 +111,7 @@ pub struct Session {
     /// Nonce counter for sealing.
     pub nonce_counter: u64,
     /// The appliance's session registry entry.
-    pub observer: Option<Box<dyn SessionObserver>>,
+    pub observer: Option<std::sync::Arc<dyn SessionObserver>>,
 }
 
 impl Session {
@@ -213,8 +213,9 @@ pub struct Open {
     pub cursor_done: bool,
     /// The pattern of the running enumeration.
     pub pattern: String,
-    /// FilePositionInformation.
-    pub position: u64,
+    /// FilePositionInformation, shared with READ/WRITE completions that finish off the
+    /// connection's task.
+    pub position: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// FileModeInformation / create options kept for WRITE_THROUGH.
     pub mode: u32,
     /// Path relative to the share at open time.

@@ -234,7 +234,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         cursor: None,
         cursor_done: false,
         pattern: String::new(),
-        position: 0,
+        position: Default::default(),
         mode: options & 0x0000_0002,
         path: req.name.clone(),
     };
@@ -281,7 +281,7 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
         cursor: None,
         cursor_done: false,
         pattern: String::new(),
-        position: 0,
+        position: Default::default(),
         mode: 0,
         path: req.name.clone(),
     };

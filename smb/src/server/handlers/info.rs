@@ -53,7 +53,7 @@ pub async fn query_info(
                 delete_pending,
                 directory: open.is_dir,
                 access: open.access,
-                position: open.position,
+                position: open.position.load(std::sync::atomic::Ordering::Relaxed),
                 mode: open.mode,
                 ..Default::default()
             };
@@ -181,7 +181,9 @@ pub async fn set_info(
         }
         class::POSITION => {
             let pos = decode_u64_info(req.buffer).map_err(bad)?;
-            super::open(conn, ctx, req.file_id)?.position = pos;
+            super::open(conn, ctx, req.file_id)?
+                .position
+                .store(pos, std::sync::atomic::Ordering::Relaxed);
         }
         class::MODE => {
             let mode = crate::proto::wire::Reader::new(req.buffer)

@@ -9,6 +9,7 @@ use crate::proto::session::encode_empty_response;
 use crate::proto::{status, FileId};
 use crate::server::pending::Wait;
 use crate::share_mode::{LockError, LockPlan};
+use std::sync::atomic::Ordering;
 
 use super::create::{FILE_APPEND_DATA, FILE_EXECUTE, FILE_READ_DATA, FILE_WRITE_DATA};
 use super::{blocking, file_of};
@@ -41,30 +42,33 @@ pub async fn read(conn: &mut Connection, ctx: &mut Ctx<'_>, req: ReadRequest) ->
     }
     check_io(open, req.offset, u64::from(req.length), false)?;
     let f = file_of(open)?;
+    let position = open.position.clone();
+    let observer = super::session(conn, ctx)?.observer.clone();
     let len = usize::try_from(req.length).map_err(|_| status::INVALID_PARAMETER)?;
-    let offset = req.offset;
-    let mut body = Vec::with_capacity(16 + len);
-    encode_read_response_fixed(&mut body, 0);
-    let (mut body, n) = blocking(move || {
-        let start = body.len();
-        body.resize(start + len, 0);
-        let n = f.read_at(offset, &mut body[start..])?;
-        body.truncate(start + n);
-        Ok((body, n))
-    })
-    .await?;
-    if (n == 0 && len > 0) || n < usize::try_from(req.minimum_count).unwrap_or(usize::MAX) {
-        return Err(status::END_OF_FILE);
-    }
-    let nn = u32::try_from(n).unwrap_or(u32::MAX);
-    if let Ok(o) = super::open(conn, ctx, req.file_id) {
-        o.position = offset.saturating_add(n as u64);
-    }
-    body[4..8].copy_from_slice(&nn.to_le_bytes());
-    if let Some(o) = super::session(conn, ctx)?.observer.as_ref() {
-        o.add_read(n as u64);
-    }
-    Ok(Reply::ok(body))
+    let (offset, minimum) = (req.offset, req.minimum_count);
+    let work = async move {
+        let mut body = Vec::with_capacity(16 + len);
+        encode_read_response_fixed(&mut body, 0);
+        let (mut body, n) = blocking(move || {
+            let start = body.len();
+            body.resize(start + len, 0);
+            let n = f.read_at(offset, &mut body[start..])?;
+            body.truncate(start + n);
+            Ok((body, n))
+        })
+        .await?;
+        if (n == 0 && len > 0) || n < usize::try_from(minimum).unwrap_or(usize::MAX) {
+            return Err(status::END_OF_FILE);
+        }
+        position.store(offset.saturating_add(n as u64), Ordering::Relaxed);
+        let nn = u32::try_from(n).unwrap_or(u32::MAX);
+        body[4..8].copy_from_slice(&nn.to_le_bytes());
+        if let Some(o) = observer {
+            o.add_read(n as u64);
+        }
+        Ok(body)
+    };
+    Reply::deferred_or_now(ctx, Box::pin(work)).await
 }
 
 /// Handles WRITE.
@@ -83,18 +87,21 @@ pub async fn write(conn: &mut Connection, ctx: &mut Ctx<'_>, req: WriteRequest<'
     check_io(open, req.offset, req.data.len() as u64, true)?;
     let f = file_of(open)?;
     let write_through = req.flags & WRITEFLAG_WRITE_THROUGH != 0 || open.mode & 0x2 != 0;
+    let position = open.position.clone();
+    let observer = super::session(conn, ctx)?.observer.clone();
     let data = req.data.to_vec();
     let offset = req.offset;
-    let n = blocking(move || f.write_at(offset, &data, write_through)).await?;
-    if let Ok(o) = super::open(conn, ctx, req.file_id) {
-        o.position = offset.saturating_add(n as u64);
-    }
-    if let Some(o) = super::session(conn, ctx)?.observer.as_ref() {
-        o.add_written(n as u64);
-    }
-    let mut body = Vec::with_capacity(16);
-    encode_write_response(&mut body, u32::try_from(n).unwrap_or(u32::MAX));
-    Ok(Reply::ok(body))
+    let work = async move {
+        let n = blocking(move || f.write_at(offset, &data, write_through)).await?;
+        position.store(offset.saturating_add(n as u64), Ordering::Relaxed);
+        if let Some(o) = observer {
+            o.add_written(n as u64);
+        }
+        let mut body = Vec::with_capacity(16);
+        encode_write_response(&mut body, u32::try_from(n).unwrap_or(u32::MAX));
+        Ok(body)
+    };
+    Reply::deferred_or_now(ctx, Box::pin(work)).await
 }
 
 /// Handles FLUSH: makes written data durable.

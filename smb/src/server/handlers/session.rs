@@ -190,10 +190,13 @@ pub async fn session_setup(
             let encrypt_all = conn.config.encrypt_all;
             let require_signing =
                 conn.config.require_signing || neg.client_security_mode & SIGNING_REQUIRED != 0;
-            let observer = if anonymous {
+            let observer: Option<std::sync::Arc<dyn crate::server::SessionObserver>> = if anonymous
+            {
                 None
             } else {
-                Some(conn.backend.session_started(&user, conn.state.peer))
+                Some(std::sync::Arc::from(
+                    conn.backend.session_started(&user, conn.state.peer),
+                ))
             };
             if let Some(o) = &observer {
                 let admin = o.cancelled();
@@ -222,7 +225,7 @@ pub async fn session_setup(
                 if let (Some(c), Some(e), Some(d)) =
                     (neg.cipher, keys.encryption(), keys.decryption())
                 {
-                    s.encrypt_key = CipherKey::new(c, e).ok();
+                    s.encrypt_key = CipherKey::new(c, e).ok().map(std::sync::Arc::new);
                     s.decrypt_key = CipherKey::new(c, d).ok();
                 }
                 s.signing_required = require_signing;
