@@ -18,6 +18,50 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
 
+pub mod procstat {
+    //! CPU time of server processes from /proc, for benchmarks' CPU-per-byte figures.
+
+    /// The fields of /proc/PID/stat after the command name, as numbers of clock ticks.
+    fn stat_fields(pid: u32) -> Option<Vec<f64>> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = &stat[stat.rfind(')')? + 2..];
+        Some(
+            rest.split_whitespace()
+                .map(|f| f.parse().unwrap_or(0.0))
+                .collect(),
+        )
+    }
+
+    fn tick() -> f64 {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as f64
+    }
+
+    /// utime + stime of a process in seconds.
+    pub fn cpu_seconds(pid: u32) -> Option<f64> {
+        let f = stat_fields(pid)?;
+        Some((f.get(11)? + f.get(12)?) / tick())
+    }
+
+    /// CPU seconds of a process tree that forks a child per client (smbd): the parent's own
+    /// time, its reaped children's (cutime + cstime), and its live children's.
+    pub fn tree_cpu_seconds(pid: u32) -> Option<f64> {
+        let f = stat_fields(pid)?;
+        let mut total = f.get(11)? + f.get(12)? + f.get(13)? + f.get(14)?;
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        for child in children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+        {
+            if let Some(c) = stat_fields(child) {
+                total += c.get(11).unwrap_or(&0.0) + c.get(12).unwrap_or(&0.0);
+            }
+        }
+        Some(total / tick())
+    }
+}
+
 /// Path of the `quarry` binary under test: `$QUARRY_BIN`, else the one next to this test
 /// executable's `deps/` directory (built first with `cargo build -p quarry` if missing).
 pub fn quarry_bin() -> anyhow::Result<PathBuf> {

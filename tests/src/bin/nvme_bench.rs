@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context};
 use quarry_nvmeof::spec::{admin_opc, io_opc};
 use quarry_tests::nvme_initiator::{rw_sqe, Command, Controller, Options, Queue};
+use quarry_tests::procstat::cpu_seconds;
 use quarry_tests::QuarryProcess;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
@@ -135,19 +136,6 @@ fn args() -> anyhow::Result<Args> {
         "--seconds >= 1, --size-mib >= 64"
     );
     Ok(a)
-}
-
-/// utime + stime of a process in seconds, from /proc.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some((utime + stime) / tick)
 }
 
 fn percentile(sorted: &[u32], p: f64) -> f64 {
