@@ -46,6 +46,20 @@ pub enum IoEngine {
     Threads,
 }
 
+/// A listen address that can be switched `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionalAddr(pub Option<SocketAddr>);
+
+/// Parses `ADDR:PORT` or `off`.
+fn parse_optional_addr(s: &str) -> Result<OptionalAddr, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(OptionalAddr(None));
+    }
+    s.parse()
+        .map(|a| OptionalAddr(Some(a)))
+        .map_err(|e| format!("{s:?}: {e} (ADDR:PORT or off)"))
+}
+
 /// Parses one SMB cipher name for `--smb-ciphers`.
 fn parse_cipher(name: &str) -> Result<quarry_smb::crypto::Cipher, String> {
     quarry_smb::crypto::Cipher::from_name(name).ok_or_else(|| {
@@ -95,6 +109,10 @@ pub struct ServeArgs {
         default_value = "aes-128-gcm,aes-128-ccm,aes-256-gcm,aes-256-ccm"
     )]
     pub smb_ciphers: Vec<quarry_smb::crypto::Cipher>,
+    /// Web UI, REST API and `/metrics` over TLS, with the certificate in `DATA/tls/`
+    /// (self-signed on first start, replaceable through the API); `off` to disable.
+    #[arg(long, env = "QUARRY_HTTPS_LISTEN", default_value = "0.0.0.0:8443", value_parser = parse_optional_addr)]
+    pub https_listen: OptionalAddr,
     /// Web UI, REST API and `/metrics`.
     #[arg(long, env = "QUARRY_HTTP_LISTEN", default_value = "0.0.0.0:8080")]
     pub http_listen: SocketAddr,

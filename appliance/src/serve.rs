@@ -104,6 +104,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let http = bind(args.http_listen, "--http-listen", "HTTP")?;
     let smb = bind(args.smb_listen, "--smb-listen", "SMB")?;
     let nvme = bind(args.nvme_listen, "--nvme-listen", "NVMe/TCP")?;
+    let https = match args.https_listen.0 {
+        Some(addr) => Some(bind(addr, "--https-listen", "HTTPS")?),
+        None => None,
+    };
     let nvme_discovery = match args.nvme_discovery_listen {
         Some(addr) => Some(bind(addr, "--nvme-discovery-listen", "NVMe/TCP discovery")?),
         None => None,
@@ -139,7 +143,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .context("scanning shares")??;
     }
-    let state = AppState::new(db.clone(), pool.clone(), data.clone());
+    let mut state = AppState::new(db.clone(), pool.clone(), data.clone());
+    let tls = {
+        let data = data.clone();
+        tokio::task::spawn_blocking(move || crate::tls::TlsStore::load_or_create(&data))
+            .await
+            .context("loading the TLS certificate")?
+            .context("loading the TLS certificate (delete DATA/tls to generate a new one)")?
+    };
+    state.tls = Some(tls.clone());
     state
         .nvme_ports
         .add(nvme, None, PortRole::Cli, args.nvme_advertise.clone())
@@ -158,6 +170,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(addr) = args.nvme_discovery_listen {
         tracing::info!(url = %format!("nvme+tcp://{addr}"), "NVMe/TCP discovery listening");
     }
+    if let Some(addr) = args.https_listen.0 {
+        let cert = tls.info();
+        tracing::info!(url = %format!("https://{addr}/"), sha256 = %cert.sha256_fingerprint, "web UI and REST API listening over HTTPS");
+    }
 
     let mut tasks = tokio::task::JoinSet::new();
     {
@@ -172,6 +188,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .context("HTTP server")
         });
+        if let Some(listener) = https {
+            let (tls, token) = (tls.clone(), shutdown.clone());
+            let app = api::router(state.clone());
+            tasks.spawn(async move {
+                crate::tls::serve(listener, app, tls, token)
+                    .await
+                    .context("HTTPS server")
+            });
+        }
     }
     tasks.spawn(smb_service::run(
         smb,

@@ -45,6 +45,9 @@ pub struct AppState {
     pub login_limiter: Arc<LoginLimiter>,
     /// NVMe/TCP listeners (command-line and API-added).
     pub nvme_ports: Arc<NvmePorts>,
+    /// The HTTPS certificate (set by `serve` once loaded; `None` in tests that build the
+    /// state without a data directory of their own).
+    pub tls: Option<Arc<crate::tls::TlsStore>>,
 }
 
 impl AppState {
@@ -59,6 +62,7 @@ impl AppState {
             data_dir,
             login_limiter: Arc::new(LoginLimiter::default()),
             nvme_ports: Arc::new(NvmePorts::default()),
+            tls: None,
         }
     }
 

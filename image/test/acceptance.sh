@@ -137,6 +137,14 @@ if curl -fsS --max-time 120 -H 'Content-Type: application/json' \
 fi
 pass "a wrong admin password is refused"
 
+# HTTPS on 443 with the certificate made on first boot (self-signed: -k), the one the API reports.
+curl -fsS -k --max-time 60 "https://127.0.0.1:$HTTPS_PORT/api/v1/health" >/dev/null \
+    || fail "HTTPS health through the forward"
+api GET /system/tls >"$WORK/tls1.json" || fail "GET /system/tls failed"
+jq -e '.self_signed == true and (.sha256_fingerprint | length == 64)' "$WORK/tls1.json" >/dev/null \
+    || fail "GET /system/tls on boot 1: $(cat "$WORK/tls1.json")"
+pass "HTTPS on 443 with the first-boot self-signed certificate $(jq -r .sha256_fingerprint "$WORK/tls1.json" | cut -c1-16)…"
+
 system >"$WORK/system1.json" || fail "GET /system failed"
 jq -e --arg v "$V1" '.slot == "a" and .image_version == $v and (.kernel | length > 0) and .uptime_s > 0' \
     "$WORK/system1.json" >/dev/null || fail "GET /system on boot 1: $(cat "$WORK/system1.json")"
@@ -207,7 +215,10 @@ api GET /shares | jq -e 'map(.name) | index("data") != null' >/dev/null || fail 
 smb "get up.bin $WORK/again.bin" >"$WORK/smb2.log" 2>&1 || { cat "$WORK/smb2.log" >&2; fail "SMB get after reboot"; }
 cmp -s "$WORK/up.bin" "$WORK/again.bin" || fail "the SMB file changed across the reboot"
 nvme_check verify 1 || fail "NVMe data lost or changed across the reboot"
-pass "after the reboot: admin password, user, share, SMB file and NVMe namespace data all intact"
+curl -fsS -k --max-time 60 "https://127.0.0.1:$HTTPS_PORT/api/v1/health" >/dev/null || fail "HTTPS after the update"
+api GET /system/tls | jq -e --arg f "$(jq -r .sha256_fingerprint "$WORK/tls1.json")" '.sha256_fingerprint == $f' >/dev/null \
+    || fail "the TLS certificate changed across the update"
+pass "after the reboot: admin password, user, share, SMB file, NVMe namespace data and TLS certificate all intact"
 succeeded() { system | jq -e --arg v "$V2" '.last_update.version == $v and .last_update.state == "succeeded"'; }
 wait_for "update to $V2 marked succeeded" 180 succeeded
 pass "update history: $V2 succeeded; entries $(entries)"

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # VM helpers for acceptance.sh (sourced, not run).
 # Expects IMAGE, BOOT_TIMEOUT, SHUTDOWN_TIMEOUT, ACCEL, OVMF_CODE, OVMF_VARS set
-# and lib/common.sh sourced. Defines WORK, HTTP_PORT/SMB_PORT/NVME_PORT, API,
+# and lib/common.sh sourced. Defines WORK, HTTP_PORT/SMB_PORT/NVME_PORT/HTTPS_PORT, API,
 # start_vm, wait_healthy, stop_vm, api, login, console_password.
 
 ensure_host_packages
@@ -23,14 +23,14 @@ cleanup() {
 trap cleanup EXIT
 FAILED=1
 
-# Three distinct free ports on 127.0.0.1, all held until each is chosen (separate
+# Four distinct free ports on 127.0.0.1, all held until each is chosen (separate
 # lookups could hand out the same port twice).
-read -r HTTP_PORT SMB_PORT NVME_PORT < <(python3 -c '
+read -r HTTP_PORT SMB_PORT NVME_PORT HTTPS_PORT < <(python3 -c '
 import socket
-socks = [socket.socket() for _ in range(3)]
+socks = [socket.socket() for _ in range(4)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))')
-[ -n "$NVME_PORT" ] || die "could not pick free ports"
+[ -n "$HTTPS_PORT" ] || die "could not pick free ports"
 API=http://127.0.0.1:$HTTP_PORT/api/v1
 
 qemu-img create -q -f qcow2 -F raw -b "$(readlink -f "$IMAGE")" "$WORK/disk.qcow2"
@@ -46,7 +46,7 @@ start_vm() {
         -drive if=pflash,format=raw,unit=0,readonly=on,file="$OVMF_CODE" \
         -drive if=pflash,format=raw,unit=1,file="$WORK/vars.fd" \
         -drive if=virtio,format=qcow2,file="$WORK/disk.qcow2" \
-        -netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$HTTP_PORT-:8080,hostfwd=tcp:127.0.0.1:$SMB_PORT-:445,hostfwd=tcp:127.0.0.1:$NVME_PORT-:4420" \
+        -netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$HTTP_PORT-:8080,hostfwd=tcp:127.0.0.1:$SMB_PORT-:445,hostfwd=tcp:127.0.0.1:$NVME_PORT-:4420,hostfwd=tcp:127.0.0.1:$HTTPS_PORT-:443" \
         -device virtio-net-pci,netdev=n0 \
         -device virtio-rng-pci \
         -serial "file:$WORK/serial.log" \

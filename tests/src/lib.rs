@@ -121,6 +121,8 @@ pub struct QuarryProcess {
     pub smb: SocketAddr,
     /// NVMe/TCP address.
     pub nvme: SocketAddr,
+    /// HTTPS (web UI and REST API over TLS) address.
+    pub https: SocketAddr,
     /// Where the process's stderr goes.
     pub log: PathBuf,
 }
@@ -143,11 +145,12 @@ impl QuarryProcess {
     /// Starts an appliance with extra environment variables.
     pub fn start_with(data: &Path, env: &[(&str, &str)]) -> anyhow::Result<QuarryProcess> {
         std::fs::create_dir_all(data)?;
-        let [http, smb, nvme] = free_ports::<3>()?;
-        let (http, smb, nvme): (SocketAddr, SocketAddr, SocketAddr) = (
+        let [http, smb, nvme, https] = free_ports::<4>()?;
+        let (http, smb, nvme, https): (SocketAddr, SocketAddr, SocketAddr, SocketAddr) = (
             ([127, 0, 0, 1], http).into(),
             ([127, 0, 0, 1], smb).into(),
             ([127, 0, 0, 1], nvme).into(),
+            ([127, 0, 0, 1], https).into(),
         );
         let log = data.with_extension(format!("log.{}", http.port()));
         let log_file = std::fs::File::create(&log)?;
@@ -168,6 +171,7 @@ impl QuarryProcess {
             .args(["--http-listen", &http.to_string()])
             .args(["--smb-listen", &smb.to_string()])
             .args(["--nvme-listen", &nvme.to_string()])
+            .args(["--https-listen", &https.to_string()])
             .env("QUARRY_ADMIN_PASSWORD", ADMIN_PASSWORD)
             .env(
                 "QUARRY_LOG",
@@ -187,6 +191,7 @@ impl QuarryProcess {
             http,
             smb,
             nvme,
+            https,
             log,
         };
         p.wait_healthy()?;

@@ -298,6 +298,8 @@ fn bind_failure_is_one_line_naming_the_flag() {
             "127.0.0.1:0",
             "--nvme-listen",
             "127.0.0.1:0",
+            "--https-listen",
+            "127.0.0.1:0",
         ])
         .args(["--smb-listen", &format!("127.0.0.1:{port}")])
         .output()

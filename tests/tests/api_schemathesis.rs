@@ -51,6 +51,10 @@ fn run_schemathesis(q: &QuarryProcess, token: &str, filter: &[&str], phases: &st
             "2",
             "--seed",
             "20261122",
+            // A check of the generator, not of the API: the NQN path pattern makes
+            // hypothesis discard many candidates, and it sometimes gives up on
+            // DELETE /nvme/subsystems/{nqn} (a flaky failure with no request sent).
+            "--suppress-health-check=filter_too_much",
         ])
         .args(filter)
         .args(["--report", "junit", "--report-dir"])

@@ -51,6 +51,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         snapshots::create_schedule, snapshots::list_schedules, snapshots::delete_schedule,
         pool::set_scrub_schedule, pool::scrub_schedule, pool::expand,
         crate::telemetry::report,
+        tls::get, tls::replace,
         crate::system::system_info, crate::system::update_history, crate::system::update,
     ),
     components(schemas(Problem)),
@@ -165,6 +166,7 @@ pub fn router(state: AppState) -> Router {
             get(pool::scrub_schedule).put(pool::set_scrub_schedule),
         )
         .route("/audit", get(system::audit))
+        .route("/system/tls", get(tls::get).put(tls::replace))
         .route("/events", get(events::list))
         .route("/events/{id}/ack", post(events::ack))
         .route("/telemetry", get(crate::telemetry::report))

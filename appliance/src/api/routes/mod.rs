@@ -9,6 +9,7 @@ pub mod pool;
 pub mod shares;
 pub mod snapshots;
 pub mod system;
+pub mod tls;
 pub mod tokens;
 pub mod users;
 pub mod volumes;
