@@ -281,8 +281,33 @@ fn first_start_generates_admin_password_file() {
         q.log_text().contains(&password),
         "the generated password is printed once in the log"
     );
-    q.login("admin", &password).unwrap();
+    let admin = q.login("admin", &password).unwrap();
     assert!(q.login("admin", ADMIN_PASSWORD).is_err());
+    // Another user's password change leaves it; the admin's own change removes it.
+    let (s, b) = admin
+        .post(
+            "/api/v1/users",
+            &json!({"name": "ops", "password": "ops-password-1"}),
+        )
+        .unwrap();
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = admin
+        .patch("/api/v1/users/ops", &json!({"password": "ops-password-2"}))
+        .unwrap();
+    assert_eq!(s, 200, "{b}");
+    assert!(file.exists());
+    let (s, b) = admin
+        .patch(
+            "/api/v1/users/admin",
+            &json!({"password": "my-own-admin-pw"}),
+        )
+        .unwrap();
+    assert_eq!(s, 200, "{b}");
+    assert!(
+        !file.exists(),
+        "the generated password file goes once the admin sets a password"
+    );
+    q.login("admin", "my-own-admin-pw").unwrap();
 }
 
 #[test]

@@ -136,10 +136,25 @@ pub async fn update(
         auth.require(Role::Admin)?;
     }
     let actor = auth.actor();
+    let new_password = req.password.is_some();
     let user = state
         .db
         .call(move |db| db.update_user(&actor, &name, req.password.as_deref(), req.role))
         .await?;
+    if new_password && user.name == "admin" {
+        // The generated first-start password is no longer valid: stop showing it (the
+        // image's console banner prints it while the file exists).
+        let path = state.data_dir.join(crate::serve::INITIAL_PASSWORD_FILE);
+        match std::fs::remove_file(&path) {
+            Ok(()) => tracing::info!(
+                "admin password changed: removed the generated first-start password file"
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(error = %e, path = %path.display(), "could not remove the first-start password file")
+            }
+        }
+    }
     state.notify(ConfigChange::Users);
     Ok(Json(user.into()))
 }
