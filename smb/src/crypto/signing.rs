@@ -72,9 +72,10 @@ impl SigningKey {
                 let aes = Aes128::new(key.into());
                 let mut h = aes::Block::default();
                 aes.encrypt_block(&mut h);
+                let h: [u8; 16] = h.into();
                 Inner::Gmac {
                     aes: Box::new(aes),
-                    ghash: Box::new(GHash::new(&h)),
+                    ghash: Box::new(GHash::new(&h.into())),
                 }
             }
         };
@@ -128,7 +129,8 @@ impl SigningKey {
                 let mut lens = [0u8; 16];
                 let a_bits = (msg.len() as u64).wrapping_mul(8);
                 lens[..8].copy_from_slice(&a_bits.to_be_bytes());
-                gh.update(&[lens.into()]);
+                // Exactly one block: no padding added.
+                gh.update_padded(&lens);
                 let s = gh.finalize();
                 let mut j0 = aes::Block::default();
                 j0[..12].copy_from_slice(&nonce);
