@@ -16,6 +16,7 @@ use crate::proto::request::{request_file_id, split_compound};
 use crate::proto::transform::{is_transform, TransformHeader, TRANSFORM_LEN};
 use crate::proto::{smb1, status, Command, FileId, Header, HEADER_LEN};
 
+use super::bufpool::OutBuf;
 use super::credits::CreditWindow;
 use super::dispatch::{self, Ctx, Deferred, PreauthTarget, Reply};
 use super::pending::{PendingOp, MAX_PENDING_PER_CONNECTION, PENDING_POLL};
@@ -116,7 +117,7 @@ pub async fn run_connection(
         }
     });
     let (out_tx, out_rx) = tokio::sync::mpsc::channel(OUT_QUEUE);
-    let writer = tokio::spawn(write_responses(wr, out_rx));
+    let writer = tokio::spawn(write_responses(wr, out_rx, conn.shared.clone()));
     let result = serve_frames(&mut conn, rx, out_tx, &shutdown).await;
     reader.abort();
     // The writer ends once every sender is gone: this loop's and those of READs and WRITEs
@@ -149,24 +150,25 @@ const WRITE_BATCH: usize = 16;
 type FrameRx = tokio::sync::mpsc::Receiver<Result<Option<Vec<u8>>, ConnError>>;
 
 /// A response on its way to the socket, holding its share of the in-flight budget.
-type Outgoing = (Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>);
+type Outgoing = (OutBuf, Option<tokio::sync::OwnedSemaphorePermit>);
 
 /// Writes responses as they come, batching whatever is queued into one vectored write of
 /// frame headers and messages (no copy into a frame buffer).
 async fn write_responses<W: AsyncWriteExt + Unpin>(
     mut wr: W,
     mut rx: tokio::sync::mpsc::Receiver<Outgoing>,
+    shared: Arc<SharedState>,
 ) -> Result<(), ConnError> {
     let mut batch: Vec<Outgoing> = Vec::with_capacity(WRITE_BATCH);
     while rx.recv_many(&mut batch, WRITE_BATCH).await > 0 {
         let headers = batch
             .iter()
-            .map(|(m, _)| frame_header(m.len()).map_err(|e| violation(e.to_string())))
+            .map(|(m, _)| frame_header(m.bytes().len()).map_err(|e| violation(e.to_string())))
             .collect::<Result<Vec<_>, _>>()?;
         let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(batch.len() * 2);
         for (h, (m, _)) in headers.iter().zip(&batch) {
             slices.push(std::io::IoSlice::new(h));
-            slices.push(std::io::IoSlice::new(m));
+            slices.push(std::io::IoSlice::new(m.bytes()));
         }
         let mut rest = &mut slices[..];
         while !rest.is_empty() {
@@ -177,7 +179,11 @@ async fn write_responses<W: AsyncWriteExt + Unpin>(
             std::io::IoSlice::advance_slices(&mut rest, n);
         }
         drop(slices);
-        batch.clear();
+        for (m, _) in batch.drain(..) {
+            if m.pooled {
+                shared.bufs().give(m.buf);
+            }
+        }
     }
     wr.flush().await?;
     Ok(())
@@ -189,7 +195,7 @@ async fn send_all(
     msgs: Vec<Vec<u8>>,
 ) -> Result<(), ConnError> {
     for m in msgs {
-        out.send((m, None))
+        out.send((OutBuf::from_vec(m), None))
             .await
             .map_err(|_| ConnError::Io(std::io::ErrorKind::BrokenPipe.into()))?;
     }
@@ -281,8 +287,9 @@ impl DeferredJob {
         self.header.credit_charge
     }
 
-    /// Runs the storage call and returns the signed or sealed response message.
-    pub async fn run(self) -> Result<Vec<u8>, ConnError> {
+    /// Runs the storage call and returns the signed or sealed response message, built in
+    /// place in front of the body when the body left room for it.
+    pub async fn run(self) -> Result<OutBuf, ConnError> {
         let mut header = self.header;
         let body = match self.work.await {
             Ok(body) => body,
@@ -290,29 +297,47 @@ impl DeferredJob {
                 header.status = st;
                 let mut b = Vec::with_capacity(9);
                 crate::proto::io::encode_error_response(&mut b);
-                b
+                OutBuf::from_vec(b)
             }
         };
-        let reserve = if self.seal.is_some() {
-            TRANSFORM_LEN
+        let need = HEADER_LEN
+            + if self.seal.is_some() {
+                TRANSFORM_LEN
+            } else {
+                0
+            };
+        let mut out = if body.start >= need {
+            body
         } else {
-            0
+            // No headroom (a small body): one copy behind fresh headroom.
+            let mut buf = Vec::with_capacity(need + body.end - body.start);
+            buf.resize(need, 0);
+            buf.extend_from_slice(body.bytes());
+            let end = buf.len();
+            OutBuf {
+                buf,
+                start: need,
+                end,
+                pooled: false,
+            }
         };
-        let mut msg = Vec::with_capacity(reserve + HEADER_LEN + body.len());
-        msg.resize(reserve, 0);
-        header.encode(&mut msg);
-        msg.extend_from_slice(&body);
-        drop(body);
+        let mut h = Vec::with_capacity(HEADER_LEN);
+        header.encode(&mut h);
+        let at = out.start - HEADER_LEN;
+        out.buf[at..out.start].copy_from_slice(&h);
+        out.start = at;
         if let Some((key, nonce, sid)) = self.seal {
-            key.seal_frame(&mut msg, &nonce, sid)
+            out.start -= TRANSFORM_LEN;
+            let (s, e) = (out.start, out.end);
+            key.seal_frame(&mut out.buf[s..e], &nonce, sid)
                 .map_err(|e| violation(e.to_string()))?;
         } else if let Some(key) = self.signing_key {
-            let m = &mut msg[..];
+            let m = &mut out.buf[out.start..out.end];
             let flags = u32::from_le_bytes([m[16], m[17], m[18], m[19]]) | FLAG_SIGNED;
             m[16..20].copy_from_slice(&flags.to_le_bytes());
             key.sign(m).map_err(|e| violation(e.to_string()))?;
         }
-        Ok(msg)
+        Ok(out)
     }
 }
 

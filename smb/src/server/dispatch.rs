@@ -48,8 +48,9 @@ pub struct Reply {
 }
 
 /// A READ or WRITE's storage call and response body, run concurrently with later requests.
-pub type Deferred =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u8>, u32>> + Send + 'static>>;
+pub type Deferred = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<super::bufpool::OutBuf, u32>> + Send + 'static>,
+>;
 
 impl Reply {
     /// A success reply with `body`.
@@ -92,7 +93,7 @@ impl Reply {
                 ..Reply::default()
             })
         } else {
-            work.await.map(Reply::ok)
+            work.await.map(|o| Reply::ok(o.into_vec()))
         }
     }
 }

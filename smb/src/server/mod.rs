@@ -16,6 +16,7 @@
 //!   (`spawn_blocking`), never on the reactor.
 //! - Bad network input yields a protocol status or a clean disconnect, never a panic.
 
+pub mod bufpool;
 pub mod conn;
 pub mod credits;
 pub mod dispatch;

@@ -31,9 +31,15 @@ impl ShareState {
 #[derive(Default)]
 pub struct SharedState {
     shares: Mutex<HashMap<String, Arc<ShareState>>>,
+    bufs: super::bufpool::BufPool,
 }
 
 impl SharedState {
+    /// The server's pool of READ response buffers.
+    pub fn bufs(&self) -> &super::bufpool::BufPool {
+        &self.bufs
+    }
+
     /// The state of share `name` (case-insensitive).
     pub fn share(&self, name: &str) -> Arc<ShareState> {
         let mut m = self.shares.lock().unwrap_or_else(|p| p.into_inner());

@@ -7,9 +7,13 @@ use crate::proto::io::{
 };
 use crate::proto::session::encode_empty_response;
 use crate::proto::{status, FileId};
+use crate::server::bufpool::{OutBuf, HEADROOM};
 use crate::server::pending::Wait;
 use crate::share_mode::{LockError, LockPlan};
 use std::sync::atomic::Ordering;
+
+/// Bytes of a READ response before its data.
+const READ_RESPONSE_FIXED: usize = 16;
 
 use super::create::{FILE_APPEND_DATA, FILE_EXECUTE, FILE_READ_DATA, FILE_WRITE_DATA};
 use super::{blocking, file_of};
@@ -46,27 +50,37 @@ pub async fn read(conn: &mut Connection, ctx: &mut Ctx<'_>, req: ReadRequest) ->
     let observer = super::session(conn, ctx)?.observer.clone();
     let len = usize::try_from(req.length).map_err(|_| status::INVALID_PARAMETER)?;
     let (offset, minimum) = (req.offset, req.minimum_count);
+    let shared = conn.shared.clone();
     let work = async move {
-        let mut body = Vec::with_capacity(16 + len);
-        encode_read_response_fixed(&mut body, 0);
-        let (mut body, n) = blocking(move || {
-            let start = body.len();
-            body.resize(start + len, 0);
-            let n = f.read_at(offset, &mut body[start..])?;
-            body.truncate(start + n);
-            Ok((body, n))
+        // The body is read into a pooled buffer behind room for the headers, so the
+        // response is finished in place (see `bufpool`).
+        let start = HEADROOM;
+        let data_at = start + READ_RESPONSE_FIXED;
+        let mut buf = shared.bufs().take(data_at + len);
+        let mut fixed = Vec::with_capacity(READ_RESPONSE_FIXED);
+        encode_read_response_fixed(&mut fixed, 0);
+        buf[start..data_at].copy_from_slice(&fixed);
+        let (mut buf, n) = blocking(move || {
+            let n = f.read_at(offset, &mut buf[data_at..data_at + len])?;
+            Ok((buf, n))
         })
         .await?;
         if (n == 0 && len > 0) || n < usize::try_from(minimum).unwrap_or(usize::MAX) {
+            shared.bufs().give(buf);
             return Err(status::END_OF_FILE);
         }
         position.store(offset.saturating_add(n as u64), Ordering::Relaxed);
         let nn = u32::try_from(n).unwrap_or(u32::MAX);
-        body[4..8].copy_from_slice(&nn.to_le_bytes());
+        buf[start + 4..start + 8].copy_from_slice(&nn.to_le_bytes());
         if let Some(o) = observer {
             o.add_read(n as u64);
         }
-        Ok(body)
+        Ok(OutBuf {
+            buf,
+            start,
+            end: data_at + n,
+            pooled: true,
+        })
     };
     Reply::deferred_or_now(ctx, Box::pin(work)).await
 }
@@ -99,7 +113,7 @@ pub async fn write(conn: &mut Connection, ctx: &mut Ctx<'_>, req: WriteRequest<'
         }
         let mut body = Vec::with_capacity(16);
         encode_write_response(&mut body, u32::try_from(n).unwrap_or(u32::MAX));
-        Ok(body)
+        Ok(OutBuf::from_vec(body))
     };
     Reply::deferred_or_now(ctx, Box::pin(work)).await
 }
