@@ -382,7 +382,7 @@ impl Connection {
             });
         }
         let mut encrypted_by: Option<u64> = None;
-        let plain: Vec<u8> = if is_transform(&frame) {
+        let plain_start = if is_transform(&frame) {
             let th = TransformHeader::decode(&frame).map_err(|e| violation(e.to_string()))?;
             let session = self
                 .state
@@ -396,14 +396,17 @@ impl Connection {
             let (hdr, body) = frame.split_at_mut(TRANSFORM_LEN);
             key.open(hdr, body).map_err(|e| violation(e.to_string()))?;
             encrypted_by = Some(th.session_id);
-            frame.split_off(TRANSFORM_LEN)
+            TRANSFORM_LEN
         } else {
-            frame
+            0
         };
+        // Shared so that a deferred WRITE can take its data without a copy.
+        let frame = Arc::new(frame);
+        let plain = &frame[plain_start..];
         if plain.len() < HEADER_LEN {
             return Err(violation("message shorter than an SMB2 header"));
         }
-        let elements = split_compound(&plain).map_err(|e| violation(e.to_string()))?;
+        let elements = split_compound(plain).map_err(|e| violation(e.to_string()))?;
         let mut responses: Vec<(Vec<u8>, u64, bool)> = Vec::with_capacity(elements.len());
         let mut extra: Vec<Vec<u8>> = Vec::new();
         let mut chain = Chain::default();
@@ -456,7 +459,7 @@ impl Connection {
                     related,
                     &chain,
                     encrypted_by,
-                    elements.len() == 1,
+                    (elements.len() == 1).then_some(&frame),
                 )
                 .await
             };
@@ -699,7 +702,7 @@ impl Connection {
         related: bool,
         chain: &Chain,
         encrypted_by: Option<u64>,
-        deferrable: bool,
+        lone_frame: Option<&Arc<Vec<u8>>>,
     ) -> (Reply, bool) {
         if let (true, Some(st)) = (related, chain.create_error) {
             // A related request after a failed CREATE fails the same way (MS-SMB2 3.3.5.2.7.2).
@@ -762,7 +765,8 @@ impl Connection {
             tree_id,
             related_file_id: if related { chain.file_id } else { None },
             encrypted: encrypted_by.is_some(),
-            deferrable,
+            deferrable: lone_frame.is_some(),
+            frame: lone_frame.cloned(),
         };
         let reply = dispatch::dispatch(self, &mut ctx).await;
         (reply, signed)

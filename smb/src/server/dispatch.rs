@@ -118,6 +118,9 @@ pub struct Ctx<'a> {
     /// The request stands alone (not part of a compound), so a READ or WRITE may hand its
     /// storage call back as [`Reply::deferred`] instead of awaiting it.
     pub deferrable: bool,
+    /// The received frame `msg` lies in, when the request stands alone: a deferred WRITE
+    /// keeps it alive and writes its data from it without a copy.
+    pub frame: Option<std::sync::Arc<Vec<u8>>>,
 }
 
 impl Ctx<'_> {

@@ -103,10 +103,10 @@ pub async fn write(conn: &mut Connection, ctx: &mut Ctx<'_>, req: WriteRequest<'
     let write_through = req.flags & WRITEFLAG_WRITE_THROUGH != 0 || open.mode & 0x2 != 0;
     let position = open.position.clone();
     let observer = super::session(conn, ctx)?.observer.clone();
-    let data = req.data.to_vec();
+    let data = WriteData::new(ctx.frame.as_ref(), req.data);
     let offset = req.offset;
     let work = async move {
-        let n = blocking(move || f.write_at(offset, &data, write_through)).await?;
+        let n = blocking(move || f.write_at(offset, data.bytes(), write_through)).await?;
         position.store(offset.saturating_add(n as u64), Ordering::Relaxed);
         if let Some(o) = observer {
             o.add_written(n as u64);
@@ -116,6 +116,34 @@ pub async fn write(conn: &mut Connection, ctx: &mut Ctx<'_>, req: WriteRequest<'
         Ok(OutBuf::from_vec(body))
     };
     Reply::deferred_or_now(ctx, Box::pin(work)).await
+}
+
+/// A WRITE's data, owned by the task that writes it: a range of the received frame when
+/// the request stood alone (no copy), else a copy.
+enum WriteData {
+    Frame(std::sync::Arc<Vec<u8>>, std::ops::Range<usize>),
+    Copy(Vec<u8>),
+}
+
+impl WriteData {
+    fn new(frame: Option<&std::sync::Arc<Vec<u8>>>, data: &[u8]) -> WriteData {
+        if let Some(frame) = frame {
+            // `data` is a slice of the frame's message: the same address inside the same
+            // allocation is the same bytes. Checked arithmetic, no unsafe.
+            let at = (data.as_ptr() as usize).checked_sub(frame.as_ptr() as usize);
+            if let Some(at) = at.filter(|at| at + data.len() <= frame.len()) {
+                return WriteData::Frame(frame.clone(), at..at + data.len());
+            }
+        }
+        WriteData::Copy(data.to_vec())
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            WriteData::Frame(f, r) => f.get(r.clone()).unwrap_or(&[]),
+            WriteData::Copy(v) => v,
+        }
+    }
 }
 
 /// Handles FLUSH: makes written data durable.
