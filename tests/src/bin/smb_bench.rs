@@ -264,6 +264,72 @@ fn make_sources(dir: &Path, a: &Args) -> anyhow::Result<(Vec<PathBuf>, PathBuf, 
     Ok((big, small, small_bytes))
 }
 
+/// Loopback TCP ceiling: one sender, one receiver, 1 MiB writes, `bytes` in all; MB/s.
+fn loopback_tcp_mbps(bytes: u64) -> anyhow::Result<f64> {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let reader = std::thread::spawn(move || -> std::io::Result<u64> {
+        let (mut s, _) = listener.accept()?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0u64;
+        loop {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                return Ok(total);
+            }
+            total += n as u64;
+        }
+    });
+    let mut s = std::net::TcpStream::connect(addr)?;
+    let chunk = vec![0x5au8; 1 << 20];
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while sent < bytes {
+        s.write_all(&chunk)?;
+        sent += chunk.len() as u64;
+    }
+    drop(s);
+    let got = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("loopback reader panicked"))??;
+    ensure!(got == sent, "loopback: sent {sent}, received {got}");
+    Ok(sent as f64 / 1e6 / start.elapsed().as_secs_f64())
+}
+
+/// The share file system's ceiling: fio sequential 1 MiB O_DIRECT write then read of
+/// `size_mib` in `dir`; (write MB/s, read MB/s).
+fn fio_ceiling(dir: &Path, size_mib: u64, out: &Path) -> anyhow::Result<(f64, f64)> {
+    let mut figures = [0.0f64; 2];
+    for (i, rw) in ["write", "read"].into_iter().enumerate() {
+        let output = Command::new("fio")
+            .args([
+                "--name=ceiling",
+                &format!("--directory={}", dir.display()),
+                "--filename=fio-ceiling.bin",
+                &format!("--rw={rw}"),
+                "--bs=1M",
+                "--iodepth=8",
+                "--ioengine=io_uring",
+                "--direct=1",
+                &format!("--size={size_mib}M"),
+                "--output-format=json",
+            ])
+            .output()
+            .context("running fio (apt-get install fio)")?;
+        ensure!(
+            output.status.success(),
+            "fio failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        std::fs::write(out.join(format!("fio-{rw}.json")), &output.stdout)?;
+        let v: serde_json::Value = serde_json::from_slice(&output.stdout).context("fio JSON")?;
+        figures[i] = v["jobs"][0][rw]["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6;
+    }
+    let _ = std::fs::remove_file(dir.join("fio-ceiling.bin"));
+    Ok((figures[0], figures[1]))
+}
+
 fn clear_share(dir: &Path) -> anyhow::Result<()> {
     for e in std::fs::read_dir(dir)? {
         let p = e?.path();
@@ -315,6 +381,12 @@ fn main() -> anyhow::Result<()> {
         cpu: Box::new(move || tree_cpu_seconds(spid).unwrap_or(0.0)),
     };
 
+    let tcp = loopback_tcp_mbps(4 << 30)?;
+    let (fio_w, fio_r) = fio_ceiling(&quarry.share_dir, a.size_mib * a.streams as u64, &out)?;
+    let ceilings = format!(
+        "Ceilings measured in this run: loopback TCP {tcp:.0} MB/s (one stream); the share's file system with fio O_DIRECT 1 MiB: write {fio_w:.0} MB/s, read {fio_r:.0} MB/s\n"
+    );
+    print!("{ceilings}");
     let big_bytes = a.size_mib * (1 << 20) * a.streams as u64;
     let mut rows: Vec<String> = Vec::new();
     for mode in ["sign", "encrypt"] {
@@ -416,7 +488,7 @@ fn main() -> anyhow::Result<()> {
         table.push('\n');
     }
     println!("{table}");
-    std::fs::write(out.join("table.md"), &table)?;
+    std::fs::write(out.join("table.md"), format!("{ceilings}\n{table}"))?;
     drop(smbd);
     q.stop()?;
     Ok(())
