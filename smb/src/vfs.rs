@@ -316,6 +316,11 @@ pub trait FsFile: Send + Sync {
     /// the flag any existing target gives OBJECT_NAME_COLLISION. A rename to a different case
     /// of the same name is allowed.
     fn rename(&self, new_path: &str, replace_if_exists: bool) -> Result<(), FsError>;
+    /// The file id ([`FileInfo::file_id`]) of the directory holding this file, so a rename
+    /// can respect opens of that directory; `None` for the share root or when unknown.
+    fn parent_file_id(&self) -> Result<Option<u64>, FsError> {
+        Ok(None)
+    }
     /// Checks that this file could be deleted now (directory empty, not the share root),
     /// without deleting. SET_INFO FileDispositionInformation and CREATE with DELETE_ON_CLOSE.
     fn check_deletable(&self) -> Result<(), FsError>;

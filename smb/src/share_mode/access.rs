@@ -284,6 +284,14 @@ impl ShareModeTable {
         self.files.get(&file).is_some_and(|e| e.delete_pending)
     }
 
+    /// Whether any open of `file` was granted DELETE: a rename of something inside that
+    /// directory is then a sharing violation (what Windows and Samba answer).
+    pub fn has_delete_access_open(&self, file: FileKey) -> bool {
+        self.files
+            .get(&file)
+            .is_some_and(|e| e.opens.iter().any(|o| o.mode.access & rights::DELETE != 0))
+    }
+
     /// Number of opens of the file.
     pub fn open_count(&self, file: FileKey) -> usize {
         self.files.get(&file).map_or(0, |e| e.opens.len())

@@ -344,6 +344,15 @@ impl FsFile for PosixFile {
         self.components().join("\\")
     }
 
+    fn parent_file_id(&self) -> Result<Option<u64>, FsError> {
+        if self.components().is_empty() {
+            return Ok(None);
+        }
+        let (parent_fd, _, _) = self.parent_and_name()?;
+        let st = sys::fstat(parent_fd.as_fd()).map_err(io_err("stat the parent directory"))?;
+        Ok(Some(st.ino))
+    }
+
     fn set_basic_info(&self, change: &BasicInfoChange) -> Result<(), FsError> {
         if self.share.config.read_only {
             return Err(FsError::AccessDenied("read-only share".into()));

@@ -137,6 +137,16 @@ pub async fn set_info(
         class::RENAME | class::RENAME_EX => {
             need(DELETE)?;
             let r = RenameInfo::decode(req.buffer).map_err(bad)?;
+            // An open of the parent directory with DELETE access blocks renames inside it.
+            let pf = f.clone();
+            if let Some(parent) = blocking(move || pf.parent_file_id()).await? {
+                let share = super::tree(conn, ctx)?
+                    .share_state()
+                    .ok_or(status::INVALID_DEVICE_REQUEST)?;
+                if share.modes().has_delete_access_open(parent) {
+                    return Err(status::SHARING_VIOLATION);
+                }
+            }
             let target = r.file_name.trim_start_matches('\\').to_string();
             let t2 = target.clone();
             blocking(move || f.rename(&t2, r.replace_if_exists)).await?;
