@@ -132,6 +132,7 @@ const PASSING: &[&str] = &[
     "smb2.rename.no_share_delete_but_delete_access",
     "smb2.rename.no_sharing",
     "smb2.rename.rename_dir_bench",
+    "smb2.rename.rename_dir_openfile",
     "smb2.rename.share_delete_and_delete_access",
     "smb2.rename.share_delete_no_delete_access",
     "smb2.rename.simple",

@@ -190,11 +190,19 @@ pub type FileKey = u64;
 /// The server's id of an open (e.g. its volatile file id).
 pub type OpenId = u64;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct OpenEntry {
     id: OpenId,
     mode: OpenMode,
     delete_on_close: bool,
+    /// Share-relative path, lowercased, without a leading separator (set after the open;
+    /// a directory rename is refused while anything beneath it is open).
+    path: String,
+}
+
+/// The form paths are compared in: lowercase, `\` separated, no leading or trailing one.
+fn normal_path(p: &str) -> String {
+    p.trim_matches('\\').to_lowercase()
 }
 
 #[derive(Debug, Default)]
@@ -247,6 +255,7 @@ impl ShareModeTable {
             id: open,
             mode,
             delete_on_close,
+            path: String::new(),
         });
         Ok(())
     }
@@ -282,6 +291,34 @@ impl ShareModeTable {
     /// Whether the file is marked for deletion (FileStandardInformation.DeletePending).
     pub fn is_delete_pending(&self, file: FileKey) -> bool {
         self.files.get(&file).is_some_and(|e| e.delete_pending)
+    }
+
+    /// Records the share-relative path of an open (after CREATE and after a rename).
+    pub fn set_path(&mut self, file: FileKey, open: OpenId, path: &str) {
+        if let Some(o) = self
+            .files
+            .get_mut(&file)
+            .and_then(|e| e.opens.iter_mut().find(|o| o.id == open))
+        {
+            o.path = normal_path(path);
+        }
+    }
+
+    /// Whether anything beneath directory `dir` is open (a rename of `dir` is then refused
+    /// with ACCESS_DENIED, as Windows does). Linear in the share's opens: renames of
+    /// directories are rare.
+    pub fn has_open_beneath(&self, dir: &str) -> bool {
+        let dir = normal_path(dir);
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}\\")
+        };
+        self.files.values().any(|e| {
+            e.opens
+                .iter()
+                .any(|o| !o.path.is_empty() && o.path != dir && o.path.starts_with(&prefix))
+        })
     }
 
     /// Whether any open of `file` was granted DELETE: a rename of something inside that
@@ -330,6 +367,22 @@ mod tests {
 
     fn m(access: u32, share: u32) -> OpenMode {
         OpenMode { access, share }
+    }
+
+    #[test]
+    fn opens_beneath_a_directory_are_found_by_path() {
+        let mut t = ShareModeTable::new();
+        t.try_open(1, 1, m(FILE_READ_DATA, share::ALL), false)
+            .unwrap();
+        t.set_path(1, 1, "\\Dir\\Sub\\File.txt");
+        t.try_open(2, 2, m(FILE_READ_DATA, share::ALL), false)
+            .unwrap();
+        t.set_path(2, 2, "dir");
+        assert!(t.has_open_beneath("DIR"));
+        assert!(t.has_open_beneath("dir\\sub"));
+        assert!(!t.has_open_beneath("dir\\su"));
+        assert!(!t.has_open_beneath("dir\\sub\\file.txt"));
+        assert!(!t.has_open_beneath("other"));
     }
 
     #[test]

@@ -203,10 +203,13 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         access,
         share: req.share_access,
     };
-    share_state
-        .modes()
-        .try_open(opened.info.file_id, file_id.volatile, mode, delete_on_close)
-        .map_err(|e| e.nt_status())?;
+    {
+        let mut modes = share_state.modes();
+        modes
+            .try_open(opened.info.file_id, file_id.volatile, mode, delete_on_close)
+            .map_err(|e| e.nt_status())?;
+        modes.set_path(opened.info.file_id, file_id.volatile, &req.name);
+    }
     let mut contexts: Vec<(&'static [u8], Vec<u8>)> = Vec::new();
     if req.context(CTX_MXAC).is_some() {
         contexts.push((CTX_MXAC, mxac_response(status::SUCCESS, maximal)));

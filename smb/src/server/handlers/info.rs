@@ -136,20 +136,25 @@ pub async fn set_info(
         }
         class::RENAME | class::RENAME_EX => {
             need(DELETE)?;
+            let (is_dir, inode, id) = (open.is_dir, open.inode, open.file_id.volatile);
             let r = RenameInfo::decode(req.buffer).map_err(bad)?;
-            // An open of the parent directory with DELETE access blocks renames inside it.
+            let share = super::tree(conn, ctx)?
+                .share_state()
+                .ok_or(status::INVALID_DEVICE_REQUEST)?;
+            // An open of the parent directory with DELETE access blocks renames inside it;
+            // a directory with anything open beneath it cannot be renamed.
             let pf = f.clone();
-            if let Some(parent) = blocking(move || pf.parent_file_id()).await? {
-                let share = super::tree(conn, ctx)?
-                    .share_state()
-                    .ok_or(status::INVALID_DEVICE_REQUEST)?;
-                if share.modes().has_delete_access_open(parent) {
-                    return Err(status::SHARING_VIOLATION);
-                }
+            let (parent, current) = blocking(move || Ok((pf.parent_file_id()?, pf.path()))).await?;
+            if parent.is_some_and(|p| share.modes().has_delete_access_open(p)) {
+                return Err(status::SHARING_VIOLATION);
+            }
+            if is_dir && share.modes().has_open_beneath(&current) {
+                return Err(status::ACCESS_DENIED);
             }
             let target = r.file_name.trim_start_matches('\\').to_string();
             let t2 = target.clone();
             blocking(move || f.rename(&t2, r.replace_if_exists)).await?;
+            share.modes().set_path(inode, id, &target);
             if let Ok(o) = super::open(conn, ctx, req.file_id) {
                 o.path = target;
             }
