@@ -209,9 +209,10 @@ impl QuarryProcess {
                     );
                 }
             }
+            // A refused or failed request is "not yet": until quarry has bound its port,
+            // another process may briefly hold it (free ports are found by binding).
             if TcpStream::connect_timeout(&self.http, Duration::from_millis(200)).is_ok() {
-                let (status, _) = Api::anonymous(self).get("/api/v1/health")?;
-                if status == 200 {
+                if let Ok((200, _)) = Api::anonymous(self).get("/api/v1/health") {
                     return Ok(());
                 }
             }
