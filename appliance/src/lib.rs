@@ -18,3 +18,4 @@ pub mod smb_service;
 pub mod state;
 pub mod system;
 pub mod telemetry;
+pub mod ui;
