@@ -6,7 +6,7 @@ use std::future::Future;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
 
 use super::pages::{login_page, render, Page};
@@ -53,12 +53,22 @@ fn form(auth: &Auth, body: &[u8]) -> Result<Fields, Problem> {
 }
 
 /// `POST /ui/login` (`username`, `password`): logs in through the API's login handler
-/// (same rate limit, audit and failed-login events) and sets its session cookie.
+/// (same rate limit, audit and failed-login events) and sets its session cookie. A login
+/// posted from another site (`Sec-Fetch-Site: cross-site`) is refused, so no page can
+/// log a browser into an account of its choosing.
 pub async fn login(
     State(state): State<AppState>,
     RemoteAddr(remote): RemoteAddr,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes() == b"cross-site")
+    {
+        let p = Problem::forbidden("log in from this appliance's own login page");
+        return login_page(StatusCode::FORBIDDEN, String::new(), Some(&p));
+    }
     let fields = match Fields::parse(&body) {
         Ok(f) => f,
         Err(p) => return login_page(StatusCode::BAD_REQUEST, String::new(), Some(&p)),
@@ -273,4 +283,15 @@ pub async fn ack(
         events::ack(State(state.clone()), auth.clone(), ApiPath(id))
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_user_lists() {
+        assert_eq!(split_list(""), Vec::<String>::new());
+        assert_eq!(split_list(" a, b ,,c d"), vec!["a", "b", "c", "d"]);
+    }
 }

@@ -219,3 +219,48 @@ impl Fields {
 fn see_other(to: &str) -> Response {
     Redirect::to(to).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::Principal;
+
+    fn auth(csrf: Option<&str>) -> Auth {
+        Auth {
+            principal: Principal {
+                user_id: 1,
+                user: "admin".into(),
+                role: Role::Admin,
+                token_id: 1,
+                csrf: csrf.map(String::from),
+            },
+            remote: "127.0.0.1".into(),
+        }
+    }
+
+    #[test]
+    fn form_fields_parse_and_read() {
+        let f = Fields::parse(b"csrf=x&name=a%20b&read_only=on&encrypt=off&name=second")
+            .expect("parses");
+        assert_eq!(f.text("name"), "a b");
+        assert_eq!(f.text("missing"), "");
+        assert!(f.flag("read_only"));
+        assert!(!f.flag("encrypt"));
+        assert!(!f.flag("missing"));
+    }
+
+    #[test]
+    fn csrf_must_match_the_session() {
+        assert!(check_csrf(&auth(Some("secret")), "secret").is_ok());
+        assert_eq!(
+            check_csrf(&auth(Some("secret")), "secreT").map_err(|p| p.status),
+            Err(403)
+        );
+        assert_eq!(
+            check_csrf(&auth(Some("secret")), "").map_err(|p| p.status),
+            Err(403)
+        );
+        // An API token has no CSRF secret: it can never drive the UI's forms.
+        assert_eq!(check_csrf(&auth(None), "").map_err(|p| p.status), Err(403));
+    }
+}
