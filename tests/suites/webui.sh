@@ -11,6 +11,7 @@ ROOT=$(pwd)
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v smbclient >/dev/null || missing+=(smbclient)
+command -v npm >/dev/null || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
