@@ -19,3 +19,4 @@ pub mod state;
 pub mod system;
 pub mod telemetry;
 pub mod tls;
+pub mod ui;

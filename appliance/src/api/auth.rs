@@ -69,7 +69,8 @@ impl Auth {
     }
 }
 
-fn cookie_token(parts: &Parts) -> Option<String> {
+/// The session cookie's token, if the request carries one.
+pub(crate) fn cookie_token(parts: &Parts) -> Option<String> {
     parts
         .headers
         .get_all(header::COOKIE)
@@ -101,7 +102,7 @@ fn bearer_token(parts: &Parts) -> Result<Option<String>, Problem> {
 }
 
 /// Compares two secrets without an early exit, so timing does not reveal a prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
