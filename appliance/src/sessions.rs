@@ -32,6 +32,8 @@ struct Entry {
     security: Mutex<Option<Security>>,
     read: AtomicU64,
     written: AtomicU64,
+    ops: AtomicU64,
+    errors: AtomicU64,
     cancel: CancellationToken,
 }
 
@@ -68,6 +70,10 @@ pub struct SessionInfo {
     pub bytes_read: u64,
     /// Bytes written by the client.
     pub bytes_written: u64,
+    /// Requests on files (SMB) or storage commands (NVMe) so far.
+    pub operations: u64,
+    /// Of those, answered with an error.
+    pub errors: u64,
     /// What protects the session (SMB), once known.
     pub security: Option<Security>,
 }
@@ -110,6 +116,24 @@ impl SessionGuard {
     pub fn id(&self) -> u64 {
         self.entry.id
     }
+    /// A handle the data path counts the session's operations through.
+    pub fn counters(&self) -> ClientCounters {
+        ClientCounters(self.entry.clone())
+    }
+}
+
+/// A session's operation counters, cloneable into per-tree observers (relaxed atomics).
+#[derive(Clone)]
+pub struct ClientCounters(Arc<Entry>);
+
+impl ClientCounters {
+    /// Counts one operation, and an error when `failed`.
+    pub fn op(&self, failed: bool) {
+        self.0.ops.fetch_add(1, Ordering::Relaxed);
+        if failed {
+            self.0.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Drop for SessionGuard {
@@ -144,6 +168,8 @@ impl SessionRegistry {
             security: Mutex::new(None),
             read: AtomicU64::new(0),
             written: AtomicU64::new(0),
+            ops: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
             cancel: cancel.clone(),
         });
         self.entries
@@ -173,6 +199,8 @@ impl SessionRegistry {
                 target: e.target.lock().map(|t| t.clone()).unwrap_or_default(),
                 bytes_read: e.read.load(Ordering::Relaxed),
                 bytes_written: e.written.load(Ordering::Relaxed),
+                operations: e.ops.load(Ordering::Relaxed),
+                errors: e.errors.load(Ordering::Relaxed),
                 security: e.security.lock().map(|s| s.clone()).unwrap_or_default(),
             })
             .collect();

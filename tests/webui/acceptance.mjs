@@ -193,6 +193,33 @@ async function main() {
     const rateText = await page.locator("#rate-total").textContent();
     check(/\d/.test(rateText) && !/^0 B/.test(rateText.trim()), `the dashboard shows a rate to people (${rateText.trim()})`);
     await shot(page, "05-dashboard-live");
+    // Operations and latency follow the same traffic: the ops chart rises, the latency
+    // table counts SMB writes with percentiles, the share's traffic row shows the bytes.
+    try {
+      await page.waitForFunction(() => {
+        const pts = (document.getElementById("chart-ops").getAttribute("points") || "").split(" ");
+        return pts.some(p => Number(p.split(",")[1]) < 99);
+      }, null, { timeout: 15_000, polling: 200 });
+      check(true, "the dashboard's operations chart rises during SMB writes");
+    } catch {
+      check(false, "the dashboard's operations chart rises during SMB writes");
+    }
+    const cells = async sel => page.$$eval(sel, rows => rows.map(r => [...r.cells].map(c => c.textContent.trim())));
+    const lat = (await cells("#latency tbody tr")).find(r => r[0] === "SMB" && r[1] === "write");
+    check(lat !== undefined && Number(lat[2]) > 0 && /\d/.test(lat[3]) && /\d/.test(lat[4]),
+      `the latency table shows SMB write percentiles (${lat && lat.join(" | ")})`);
+    const traffic = (await cells("#share-traffic tbody tr")).find(r => r[0] === SHARE);
+    check(traffic !== undefined && /\d/.test(traffic[2]) && !/^0 B$/.test(traffic[2]),
+      `the dashboard lists the share's written bytes (${traffic && traffic.join(" | ")})`);
+    await page.click('button[data-window="1d"]');
+    try {
+      await page.waitForFunction(() => document.getElementById("window-title").textContent === "Last day",
+        null, { timeout: 5_000, polling: 100 });
+      check(true, "the chart window switches to the last day (1 min samples)");
+    } catch {
+      check(false, "the chart window switches to the last day (1 min samples)");
+    }
+    await page.click('button[data-window="5m"]');
     writer.stop = true;
     await writer.done;
     check(writer.puts >= 2 && writer.errors.length === 0,
@@ -280,7 +307,9 @@ async function main() {
       "/ui/volumes", "/ui/snapshots", "/ui/tokens"]) {
       await vp.goto(BASE + path);
       const forms = await vp.locator('form[method="post"]:not(#logout-form)').count();
-      const buttons = await vp.locator("button:not(#logout-form button)").count();
+      // Buttons of type "button" only drive the page's own view (the chart window) and
+      // cannot send anything; every other button submits a form.
+      const buttons = await vp.locator('button:not(#logout-form button):not([type="button"])').count();
       check(forms === 0 && buttons === 0, `viewer sees no mutating form or button on ${path} (${forms} forms, ${buttons} buttons)`);
     }
     await vp.goto(BASE + "/ui/users");

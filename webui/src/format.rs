@@ -76,6 +76,21 @@ pub fn chart_points(values: &[u64], max: u64) -> String {
     out
 }
 
+/// `values` reduced to at most [`CHART_WIDTH`] points, each the mean of consecutive
+/// samples, so an hour or a day of samples fits the chart without dropping its start.
+/// `app.js` reduces the same way.
+pub fn downsample(values: &[u64]) -> Vec<u64> {
+    if values.len() <= CHART_WIDTH {
+        return values.to_vec();
+    }
+    let per = values.len().div_ceil(CHART_WIDTH);
+    values
+        .chunks(per)
+        .map(|c| c.iter().map(|v| u128::from(*v)).sum::<u128>() / c.len() as u128)
+        .map(|v| u64::try_from(v).unwrap_or(u64::MAX))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +120,15 @@ mod tests {
     #[test]
     fn chart_is_right_aligned_and_scaled() {
         assert_eq!(chart_points(&[], 0), "");
+        assert_eq!(downsample(&[1, 2, 3]), vec![1, 2, 3]);
+        let day: Vec<u64> = (0..1440).collect();
+        let d = downsample(&day);
+        assert!(
+            d.len() <= CHART_WIDTH && d.len() >= CHART_WIDTH / 2,
+            "{}",
+            d.len()
+        );
+        assert_eq!(d[0], 2);
         assert_eq!(chart_points(&[0, 10], 10), "298,100.0 299,2.0");
         let many: Vec<u64> = (0..400).collect();
         assert!(chart_points(&many, 399).starts_with("0,"));

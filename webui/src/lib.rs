@@ -14,7 +14,7 @@ pub mod format;
 pub mod pages;
 
 pub use askama::Template;
-pub use format::{chart_points, human_bytes, parse_size};
+pub use format::{chart_points, downsample, human_bytes, parse_size};
 
 /// The stylesheet served at `/ui/static/app.css`.
 pub const APP_CSS: &str = include_str!("../static/app.css");

@@ -108,6 +108,22 @@ pub struct DashboardPage {
     pub chart_max: String,
     /// Highest total rate in the series (bytes per second).
     pub chart_peak: u64,
+    /// Polyline points of SMB + NVMe operations per second.
+    pub chart_ops: String,
+    /// Operations chart scale, for people.
+    pub chart_ops_max: String,
+    /// Polyline points of the SMB p99 latency (worst of READ and WRITE) per second.
+    pub chart_smb_p99: String,
+    /// Polyline points of the NVMe p99 latency (worst of Read and Write) per second.
+    pub chart_nvme_p99: String,
+    /// Latency chart scale, for people.
+    pub chart_latency_max: String,
+    /// Latency percentiles since start, per protocol and request family.
+    pub latency: Vec<LatencyRow>,
+    /// Traffic per share since start.
+    pub share_traffic: Vec<TrafficRow>,
+    /// Traffic per NVMe volume since start.
+    pub volume_traffic: Vec<TrafficRow>,
     /// Whether telemetry collection is on.
     pub telemetry_on: bool,
     /// The pool.
@@ -120,6 +136,48 @@ pub struct DashboardPage {
     pub shares: usize,
     /// Events not yet acknowledged.
     pub open_events: usize,
+}
+
+/// Latency percentiles of one request family (dashboard table).
+#[derive(Debug, Clone, Default)]
+pub struct LatencyRow {
+    /// `SMB` or `NVMe`.
+    pub protocol: String,
+    /// Request family (`read`, `write`, `create`, `query_directory`).
+    pub op: String,
+    /// Requests measured.
+    pub count: u64,
+    /// Median, for people (`85 µs`).
+    pub p50: String,
+    /// 99th percentile, for people.
+    pub p99: String,
+    /// 99.9th percentile, for people.
+    pub p999: String,
+}
+
+/// Traffic of one share or volume since start (dashboard table).
+#[derive(Debug, Clone, Default)]
+pub struct TrafficRow {
+    /// Share or volume name.
+    pub name: String,
+    /// Bytes read by clients, for people.
+    pub read: String,
+    /// Bytes written by clients, for people.
+    pub written: String,
+    /// Operations.
+    pub operations: u64,
+    /// Operations answered with an error.
+    pub errors: u64,
+}
+
+/// A latency in microseconds for people (`850 µs`, `12.5 ms`, `1.20 s`); `–` for none.
+pub fn human_micros(us: u64) -> String {
+    match us {
+        0 => "–".to_string(),
+        1..=999 => format!("{us} µs"),
+        1_000..=999_999 => format!("{:.1} ms", us as f64 / 1e3),
+        _ => format!("{:.2} s", us as f64 / 1e6),
+    }
 }
 
 /// One share in the list.

@@ -50,7 +50,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         snapshots::create, snapshots::list, snapshots::delete, snapshots::restore,
         snapshots::create_schedule, snapshots::list_schedules, snapshots::delete_schedule,
         pool::set_scrub_schedule, pool::scrub_schedule, pool::expand,
-        crate::telemetry::report,
+        crate::telemetry::report::report,
         tls::get, tls::replace,
         crate::system::system_info, crate::system::update_history, crate::system::update,
     ),

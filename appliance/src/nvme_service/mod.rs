@@ -226,6 +226,7 @@ fn build_config(
                         Ok(d) => {
                             tracing::info!(volume = %ns.volume, direct = d.is_direct(), "volume opened for NVMe");
                             let e = (Arc::new(d), Arc::new(IoCounters::default()));
+                            crate::telemetry::track_volume(&ns.volume, &e.1);
                             cache.open.insert(key.clone(), e.clone());
                             e
                         }

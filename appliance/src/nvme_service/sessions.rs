@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use quarry_nvmeof::target::{SessionHooks, SessionObserver};
+use quarry_nvmeof::target::{IoKind, SessionHooks, SessionObserver};
 use tokio_util::sync::CancellationToken;
 
 use crate::sessions::{Protocol, SessionGuard, SessionRegistry};
@@ -24,6 +24,7 @@ impl Hooks {
 /// A controller's registry entry; dropped (and unlisted) with the controller.
 struct Observer {
     guard: SessionGuard,
+    client: crate::sessions::ClientCounters,
     cancel: CancellationToken,
 }
 
@@ -38,6 +39,10 @@ impl SessionObserver for Observer {
     }
     fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
+    }
+    fn io_completed(&self, kind: IoKind, elapsed: std::time::Duration, ok: bool) {
+        self.client.op(!ok);
+        crate::telemetry::nvme_io(kind, elapsed, ok);
     }
 }
 
@@ -58,6 +63,10 @@ impl SessionHooks for Hooks {
             addr,
             format!("{subnqn} (cntlid {cntlid})"),
         );
-        Arc::new(Observer { guard, cancel })
+        Arc::new(Observer {
+            client: guard.counters(),
+            guard,
+            cancel,
+        })
     }
 }

@@ -355,6 +355,7 @@ mod tests {
             device,
             counters: Arc::new(IoCounters::default()),
             op,
+            started: std::time::Instant::now(),
         };
         exec.submit(
             req,

@@ -175,6 +175,12 @@ impl SessionObserver for Observer {
     fn cancelled(&self) -> CancellationToken {
         self.cancel.clone()
     }
+    fn tree_observer(&self, share: &str) -> Option<Arc<dyn server::OpObserver>> {
+        Some(Arc::new(TreeOps {
+            share: crate::telemetry::share_ops(share),
+            client: self.guard.counters(),
+        }))
+    }
     fn set_security(&self, security: server::SessionSecurity) {
         self.guard.set_security(crate::sessions::Security {
             dialect: dialect_name(security.dialect).to_string(),
@@ -182,6 +188,19 @@ impl SessionObserver for Observer {
             cipher: security.cipher.map(|c| c.name().to_string()),
             encrypt_all: security.encrypt_all,
         });
+    }
+}
+
+/// Counts a tree's requests for its share and its session's client.
+struct TreeOps {
+    share: Arc<crate::telemetry::ShareOps>,
+    client: crate::sessions::ClientCounters,
+}
+
+impl server::OpObserver for TreeOps {
+    fn completed(&self, op: server::OpKind, bytes: u64, elapsed: std::time::Duration, status: u32) {
+        let failed = crate::telemetry::smb_op(&self.share, op, bytes, elapsed, status);
+        self.client.op(failed);
     }
 }
 

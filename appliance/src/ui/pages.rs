@@ -6,11 +6,11 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, MethodRouter};
 use quarry_webui::pages::{
-    DashboardPage, DeviceRow, EventRow, EventsPage, LoginPage, PoolPage, PoolView, Rate,
-    SessionRow, SessionsPage, ShareRow, SharesPage, SnapshotRow, SnapshotsPage, SubsystemRow,
-    TokenRow, TokensPage, UserRow, UsersPage, VolumeRow, VolumesPage,
+    human_micros, DashboardPage, DeviceRow, EventRow, EventsPage, LatencyRow, LoginPage, PoolPage,
+    PoolView, Rate, SessionRow, SessionsPage, ShareRow, SharesPage, SnapshotRow, SnapshotsPage,
+    SubsystemRow, TokenRow, TokensPage, TrafficRow, UserRow, UsersPage, VolumeRow, VolumesPage,
 };
-use quarry_webui::{chart_points, human_bytes};
+use quarry_webui::{chart_points, downsample, human_bytes};
 use serde::Serialize;
 
 use super::{error_page, html, layout, MaybeSession, Session};
@@ -137,9 +137,13 @@ async fn dashboard(
     auth: &Auth,
     error: Option<&Problem>,
 ) -> ApiResult<DashboardPage> {
-    let t = crate::telemetry::report(State(state.clone()), auth.clone())
-        .await?
-        .0;
+    let t = crate::telemetry::report(
+        State(state.clone()),
+        auth.clone(),
+        ApiQuery(crate::telemetry::TelemetryQuery::default()),
+    )
+    .await?
+    .0;
     let (pool, _) = pool_view(state, auth).await?;
     let share_count = shares::list(State(state.clone()), auth.clone())
         .await?
@@ -158,23 +162,25 @@ async fn dashboard(
     .await?
     .0
     .len();
-    let writes: Vec<u64> = t
-        .series
-        .iter()
-        .map(|s| s.smb_write_bps.saturating_add(s.nvme_write_bps))
-        .collect();
-    let reads: Vec<u64> = t
-        .series
-        .iter()
-        .map(|s| s.smb_read_bps.saturating_add(s.nvme_read_bps))
-        .collect();
-    let max = writes
-        .iter()
-        .chain(&reads)
-        .copied()
-        .max()
-        .unwrap_or(0)
-        .max(1);
+    let series = |f: fn(&crate::telemetry::Sample) -> u64| -> Vec<u64> {
+        downsample(&t.series.iter().map(f).collect::<Vec<_>>())
+    };
+    let writes = series(|s| s.smb_write_bps.saturating_add(s.nvme_write_bps));
+    let reads = series(|s| s.smb_read_bps.saturating_add(s.nvme_read_bps));
+    let ops = series(|s| s.smb_ops.saturating_add(s.nvme_ops));
+    let smb_p99 = series(|s| s.smb_read_p99_us.max(s.smb_write_p99_us));
+    let nvme_p99 = series(|s| s.nvme_read_p99_us.max(s.nvme_write_p99_us));
+    let top = |v: &[&[u64]]| {
+        v.iter()
+            .flat_map(|s| s.iter())
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .max(1)
+    };
+    let max = top(&[&writes, &reads]);
+    let ops_max = top(&[&ops]);
+    let latency_max = top(&[&smb_p99, &nvme_p99]);
     let peak = writes
         .iter()
         .zip(&reads)
@@ -189,6 +195,40 @@ async fn dashboard(
     ]
     .iter()
     .fold(0u64, |a, b| a.saturating_add(*b));
+    let latency = t
+        .latency
+        .iter()
+        .map(|l| LatencyRow {
+            protocol: if l.protocol == "smb" { "SMB" } else { "NVMe" }.to_string(),
+            op: l.op.clone(),
+            count: l.count,
+            p50: human_micros(l.p50_us),
+            p99: human_micros(l.p99_us),
+            p999: human_micros(l.p999_us),
+        })
+        .collect();
+    let share_traffic = t
+        .shares
+        .iter()
+        .map(|s| TrafficRow {
+            name: s.share.clone(),
+            read: human_bytes(s.read_bytes_total),
+            written: human_bytes(s.write_bytes_total),
+            operations: s.operations_total,
+            errors: s.errors_total,
+        })
+        .collect();
+    let volume_traffic = t
+        .volumes
+        .iter()
+        .map(|v| TrafficRow {
+            name: v.volume.clone(),
+            read: human_bytes(v.read_bytes_total),
+            written: human_bytes(v.write_bytes_total),
+            operations: v.reads_total.saturating_add(v.writes_total),
+            errors: v.errors_total,
+        })
+        .collect();
     Ok(DashboardPage {
         layout: layout(auth, "dashboard", "Dashboard", error),
         smb_read: rate(t.smb.read_bytes_per_s),
@@ -200,6 +240,14 @@ async fn dashboard(
         chart_read: chart_points(&reads, max),
         chart_max: format!("{}/s", human_bytes(max)),
         chart_peak: peak,
+        chart_ops: chart_points(&ops, ops_max),
+        chart_ops_max: format!("{ops_max}/s"),
+        chart_smb_p99: chart_points(&smb_p99, latency_max),
+        chart_nvme_p99: chart_points(&nvme_p99, latency_max),
+        chart_latency_max: human_micros(latency_max),
+        latency,
+        share_traffic,
+        volume_traffic,
         telemetry_on: t.enabled,
         pool,
         smb_sessions: t.smb.sessions,

@@ -21,6 +21,33 @@ pub trait SessionObserver: Send + Sync {
     fn bytes_written(&self, n: u64);
     /// Whether an administrator asked to drop this controller.
     fn is_cancelled(&self) -> bool;
+    /// A storage command finished after `elapsed` (from all its data being received to
+    /// its completion), successfully or not. Why: I/O latency histograms. Must be cheap
+    /// (atomics); the default ignores it.
+    fn io_completed(&self, _kind: IoKind, _elapsed: std::time::Duration, _ok: bool) {}
+}
+
+/// The storage command families latency is reported for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoKind {
+    /// Read.
+    Read,
+    /// Write (including Write Zeroes).
+    Write,
+    /// Flush and Dataset Management.
+    Other,
+}
+
+impl IoKind {
+    /// The family of `op`.
+    pub fn of(op: &super::io::BlockOp) -> IoKind {
+        use super::io::BlockOp;
+        match op {
+            BlockOp::Read { .. } => IoKind::Read,
+            BlockOp::Write { .. } | BlockOp::WriteZeroes { .. } => IoKind::Write,
+            _ => IoKind::Other,
+        }
+    }
 }
 
 /// Creates a [`SessionObserver`] for each new controller.
@@ -242,6 +269,13 @@ impl Controller {
         }
         drop(a);
         self.wake();
+    }
+
+    /// Reports a storage command's latency to the session observer.
+    pub fn io_completed(&self, kind: IoKind, elapsed: std::time::Duration, ok: bool) {
+        if let Some(o) = &self.observer {
+            o.io_completed(kind, elapsed, ok);
+        }
     }
 
     /// Reports host traffic to the session observer.

@@ -56,6 +56,9 @@ pub struct IoRequest {
     pub counters: Arc<IoCounters>,
     /// The operation.
     pub op: BlockOp,
+    /// When the command became ready to run (all its data received), for the latency
+    /// the session observer is told.
+    pub started: std::time::Instant,
 }
 
 impl std::fmt::Debug for IoRequest {

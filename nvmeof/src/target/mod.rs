@@ -14,7 +14,7 @@ pub use config::{
     BlockDevice, ConfigSource, IoCounters, IoDone, IoExecutor, NamespaceConfig, PortConfig,
     SubsystemConfig, TargetConfig, TargetIdentity,
 };
-pub use controller::{Controller, SessionHooks, SessionObserver, Target};
+pub use controller::{Controller, IoKind, SessionHooks, SessionObserver, Target};
 pub use io::{BlockOp, IoOutcome, IoRequest};
 pub use queue::{Output, Queue};
 

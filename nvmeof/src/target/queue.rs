@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use super::admin::{self, AdminCtx, AdminResult, ListenerInfo};
 use super::config::{IoCounters, TargetConfig};
+use super::controller::IoKind;
 use super::controller::*;
 use super::io::{self as nvm_io, BlockOp, IoOutcome, IoPlan, IoRequest};
 use super::limits::*;
@@ -538,6 +539,7 @@ impl Queue {
                     device: ns.device.clone(),
                     counters: ns.counters.clone(),
                     op,
+                    started: std::time::Instant::now(),
                 });
                 self.pump_io();
             }
@@ -578,6 +580,7 @@ impl Queue {
                 IoCounters::add(&k.read_commands, 1);
                 if let Some(c) = &self.ctrl {
                     c.account(data.len() as u64, 0);
+                    c.io_completed(IoKind::Read, req.started.elapsed(), true);
                 }
                 self.complete(req.cid, Status::SUCCESS, 0, 0, &data);
             }
@@ -589,11 +592,17 @@ impl Queue {
                         c.account(0, data.len() as u64);
                     }
                 }
+                if let Some(c) = &self.ctrl {
+                    c.io_completed(IoKind::of(&req.op), req.started.elapsed(), true);
+                }
                 self.respond(req.cid, Status::SUCCESS, 0, 0);
             }
             Err(e) => {
                 tracing::warn!(peer = %self.peer, cid = req.cid, error = %e, "backing I/O failed");
                 IoCounters::add(&k.media_errors, 1);
+                if let Some(c) = &self.ctrl {
+                    c.io_completed(IoKind::of(&req.op), req.started.elapsed(), false);
+                }
                 self.respond(req.cid, Status::generic(sc::INTERNAL), 0, 0);
             }
         }

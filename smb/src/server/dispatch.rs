@@ -6,6 +6,7 @@ use crate::proto::{status, FileId, Header, ProtoError, Request};
 
 use super::conn::Connection;
 use super::handlers;
+use super::OpKind;
 
 /// Which preauth hash a message must be folded into after it is encoded (3.1.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,6 +157,8 @@ pub async fn dispatch(conn: &mut Connection, ctx: &mut Ctx<'_>) -> Reply {
             ..Reply::error(status::INVALID_PARAMETER)
         };
     }
+    let kind = op_kind(&req);
+    let started = std::time::Instant::now();
     let r = match req {
         Request::Negotiate(r) => handlers::negotiate::negotiate(conn, ctx, r),
         Request::SessionSetup(r) => handlers::session::session_setup(conn, ctx, r).await,
@@ -186,5 +189,87 @@ pub async fn dispatch(conn: &mut Connection, ctx: &mut Ctx<'_>) -> Reply {
         Request::QueryInfo(r) => handlers::info::query_info(conn, ctx, r).await,
         Request::SetInfo(r) => handlers::info::set_info(conn, ctx, r).await,
     };
-    r.unwrap_or_else(Reply::error)
+    let reply = r.unwrap_or_else(Reply::error);
+    match kind {
+        Some(kind) => observed(conn, ctx, kind, started, reply),
+        None => reply,
+    }
+}
+
+/// The family of a request that [`OpObserver`](super::OpObserver)s count (requests on a
+/// tree's files); `None` for connection, session and tree management.
+fn op_kind(req: &Request<'_>) -> Option<OpKind> {
+    Some(match req {
+        Request::Create(_) => OpKind::Create,
+        Request::Close(_) => OpKind::Close,
+        Request::Flush(_) => OpKind::Flush,
+        Request::Read(_) => OpKind::Read,
+        Request::Write(_) => OpKind::Write,
+        Request::Lock(_) => OpKind::Lock,
+        Request::Ioctl(_) => OpKind::Ioctl,
+        Request::QueryDirectory(_) => OpKind::QueryDirectory,
+        Request::ChangeNotify(_) => OpKind::ChangeNotify,
+        Request::QueryInfo(_) => OpKind::QueryInfo,
+        Request::SetInfo(_) => OpKind::SetInfo,
+        _ => return None,
+    })
+}
+
+/// File data a successful READ or WRITE response reports: both bodies carry the count
+/// as a little-endian u32 at offset 4 (DataLength, Count; MS-SMB2 2.2.20, 2.2.22).
+fn transferred(kind: OpKind, body: &[u8]) -> u64 {
+    if !matches!(kind, OpKind::Read | OpKind::Write) {
+        return 0;
+    }
+    body.get(4..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, |b: [u8; 4]| u64::from(u32::from_le_bytes(b)))
+}
+
+/// Reports `reply` to the tree's observer: now, or when its deferred storage call ends.
+fn observed(
+    conn: &Connection,
+    ctx: &Ctx<'_>,
+    kind: OpKind,
+    started: std::time::Instant,
+    mut reply: Reply,
+) -> Reply {
+    let Some(observer) = conn
+        .state
+        .sessions
+        .get(&ctx.session_id)
+        .and_then(|s| s.trees.get(&ctx.tree_id))
+        .and_then(|t| t.observer.clone())
+    else {
+        return reply;
+    };
+    match reply.deferred.take() {
+        Some(work) => {
+            reply.deferred = Some(Box::pin(async move {
+                let result = work.await;
+                match &result {
+                    Ok(out) => {
+                        let body = out.buf.get(out.start..out.end).unwrap_or_default();
+                        observer.completed(
+                            kind,
+                            transferred(kind, body),
+                            started.elapsed(),
+                            status::SUCCESS,
+                        );
+                    }
+                    Err(st) => observer.completed(kind, 0, started.elapsed(), *st),
+                }
+                result
+            }));
+        }
+        None => {
+            let bytes = if reply.status == status::SUCCESS {
+                transferred(kind, &reply.body)
+            } else {
+                0
+            };
+            observer.completed(kind, bytes, started.elapsed(), reply.status);
+        }
+    }
+    reply
 }

@@ -94,6 +94,87 @@ pub trait SessionObserver: Send + Sync {
     /// Told once, when the session is set up, what protects it (for listings: admins
     /// check that clients really sign and encrypt). The default ignores it.
     fn set_security(&self, _security: SessionSecurity) {}
+    /// Asked at each tree connect to a disk share for an observer of that tree's requests
+    /// (per-share and per-client counters, latency). The default observes nothing.
+    fn tree_observer(&self, _share: &str) -> Option<Arc<dyn OpObserver>> {
+        None
+    }
+}
+
+/// The request families [`OpObserver`] distinguishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// CREATE.
+    Create,
+    /// CLOSE.
+    Close,
+    /// READ.
+    Read,
+    /// WRITE.
+    Write,
+    /// FLUSH.
+    Flush,
+    /// LOCK.
+    Lock,
+    /// IOCTL / FSCTL.
+    Ioctl,
+    /// QUERY_DIRECTORY.
+    QueryDirectory,
+    /// QUERY_INFO.
+    QueryInfo,
+    /// SET_INFO.
+    SetInfo,
+    /// CHANGE_NOTIFY.
+    ChangeNotify,
+}
+
+impl OpKind {
+    /// Every kind, in a fixed order (for tables indexed by kind).
+    pub const ALL: [OpKind; 11] = [
+        OpKind::Create,
+        OpKind::Close,
+        OpKind::Read,
+        OpKind::Write,
+        OpKind::Flush,
+        OpKind::Lock,
+        OpKind::Ioctl,
+        OpKind::QueryDirectory,
+        OpKind::QueryInfo,
+        OpKind::SetInfo,
+        OpKind::ChangeNotify,
+    ];
+
+    /// The kind's position in [`OpKind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// A lowercase name for metric labels (`query_directory`).
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Create => "create",
+            OpKind::Close => "close",
+            OpKind::Read => "read",
+            OpKind::Write => "write",
+            OpKind::Flush => "flush",
+            OpKind::Lock => "lock",
+            OpKind::Ioctl => "ioctl",
+            OpKind::QueryDirectory => "query_directory",
+            OpKind::QueryInfo => "query_info",
+            OpKind::SetInfo => "set_info",
+            OpKind::ChangeNotify => "change_notify",
+        }
+    }
+}
+
+/// Told when a request on a tree finished. Why: per-share and per-client operation,
+/// byte and error counters and latency histograms, without the protocol crate knowing
+/// about metrics. Called on the connection's task (or a READ/WRITE's deferred task):
+/// implementations must be cheap and never block (atomics only).
+pub trait OpObserver: Send + Sync {
+    /// `op` finished with `status` after `elapsed` (from dispatch to the response being
+    /// ready); `bytes` is the file data a READ or WRITE moved (0 otherwise).
+    fn completed(&self, op: OpKind, bytes: u64, elapsed: Duration, status: u32);
 }
 
 /// The protection a session negotiated, as [`SessionObserver::set_security`] reports it.

@@ -185,6 +185,9 @@ pub struct Tree {
     pub kind: TreeKind,
     /// Messages to this tree must be encrypted.
     pub encrypt: bool,
+    /// Told of every request on this tree (per-share and per-client telemetry), when the
+    /// appliance asked for it.
+    pub observer: Option<Arc<dyn super::OpObserver>>,
 }
 
 /// An open file, directory or pipe.

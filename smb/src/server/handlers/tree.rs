@@ -49,6 +49,7 @@ pub async fn tree_connect(
                 share: "IPC$".into(),
                 kind: TreeKind::Ipc,
                 encrypt: false,
+                observer: None,
             },
             TreeConnectResponse {
                 share_type: SHARE_TYPE_PIPE,
@@ -92,6 +93,10 @@ pub async fn tree_connect(
                     state: conn.shared.share(&share.name),
                 },
                 encrypt: share.encrypt,
+                observer: super::session(conn, ctx)?
+                    .observer
+                    .as_ref()
+                    .and_then(|o| o.tree_observer(&share.name)),
             },
             TreeConnectResponse {
                 share_type: SHARE_TYPE_DISK,
