@@ -211,3 +211,51 @@ fn smbprotocol_sharing_violation_keeps_data() {
     let out = python(&q, SMBPROTOCOL_SHARING);
     assert!(out.contains("OK"), "{out}");
 }
+
+/// Opens from different connections never share a FileId: share modes (and byte-range
+/// locks) of every connection live in one per-share table keyed by it. Each connection's
+/// first open below got volatile id 1 when ids were counted per connection; the reader's
+/// entry then vanished with the writer's close and a third open was refused.
+const SMBPROTOCOL_OPENS_ACROSS_CONNECTIONS: &str = r#"
+import os, uuid
+from smbprotocol.connection import Connection
+from smbprotocol.session import Session
+from smbprotocol.tree import TreeConnect
+from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes
+from smbprotocol.exceptions import SMBResponseException
+port = int(os.environ["PORT"])
+def tree():
+    conn = Connection(uuid.uuid4(), "127.0.0.1", port); conn.connect()
+    sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"]); sess.connect()
+    t = TreeConnect(sess, r"\\127.0.0.1\data"); t.connect()
+    return t
+R, W = FilePipePrinterAccessMask.FILE_READ_DATA, FilePipePrinterAccessMask.FILE_WRITE_DATA
+def op(t, access, share, disp=CreateDisposition.FILE_OPEN):
+    o = Open(t, "across.bin")
+    o.create(ImpersonationLevel.Impersonation, access, FileAttributes.FILE_ATTRIBUTE_NORMAL, share, disp,
+             CreateOptions.FILE_NON_DIRECTORY_FILE)
+    return o
+rw = ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE
+setup = op(tree(), R | W, rw, CreateDisposition.FILE_OVERWRITE_IF); setup.close()
+reader = op(tree(), R, rw)
+writer = op(tree(), R | W, rw)
+writer.close()
+# Only the reader is open now: a writer that shares reading only is compatible with it.
+third = op(tree(), R | W, ShareAccess.FILE_SHARE_READ)
+third.close()
+# And the reader's entry is still there: an open that shares nothing is refused.
+try:
+    op(tree(), R, 0)
+    raise SystemExit("exclusive open allowed while the reader is open")
+except SMBResponseException as e:
+    assert e.status == 0xC0000043, hex(e.status)
+reader.close()
+print("OK")
+"#;
+
+#[test]
+fn opens_on_different_connections_keep_their_own_share_modes() {
+    let q = setup();
+    let out = python(&q, SMBPROTOCOL_OPENS_ACROSS_CONNECTIONS);
+    assert!(out.contains("OK"), "{out}");
+}

@@ -1,6 +1,8 @@
 //! On-demand benchmark (ignored in the test suite): SMB throughput with telemetry on and
 //! with `QUARRY_TELEMETRY=off`, alternating runs of smbclient put+get of one file, and
-//! the best and median run of each printed. Run it on a quiet machine in release mode:
+//! the best and median run of each printed, with the server's CPU seconds per GiB moved
+//! (from /proc: on two cores smbclient is usually the bottleneck, so the server's CPU
+//! cost shows telemetry's price more steadily than throughput does). Run it on a quiet machine in release mode:
 //!
 //! ```sh
 //! cargo build --release -p quarry
@@ -24,8 +26,9 @@ fn env_num(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// One put+get of `file` (of `bytes`) against a fresh server; returns MB/s.
-fn run(telemetry_off: bool, dir: &std::path::Path, bytes: usize) -> anyhow::Result<f64> {
+/// One put+get of `file` (of `bytes`) against a fresh server; returns MB/s and the
+/// server's CPU seconds per GiB moved.
+fn run(telemetry_off: bool, dir: &std::path::Path, bytes: usize) -> anyhow::Result<(f64, f64)> {
     let data = tempfile::tempdir()?;
     let env: &[(&str, &str)] = if telemetry_off {
         &[("QUARRY_TELEMETRY", "off")]
@@ -41,6 +44,9 @@ fn run(telemetry_off: bool, dir: &std::path::Path, bytes: usize) -> anyhow::Resu
     ensure!(s == 201, "{b}");
     let (s, b) = api.post("/api/v1/shares", &json!({"name": "b"}))?;
     ensure!(s == 201, "{b}");
+    let pid = q.pid().ok_or_else(|| anyhow::anyhow!("no server pid"))?;
+    let cpu = || quarry_tests::procstat::cpu_seconds(pid).unwrap_or(f64::NAN);
+    let cpu_before = cpu();
     let start = Instant::now();
     let out = Command::new("smbclient")
         .arg("//127.0.0.1/b")
@@ -54,8 +60,10 @@ fn run(telemetry_off: bool, dir: &std::path::Path, bytes: usize) -> anyhow::Resu
         .current_dir(dir)
         .output()?;
     let secs = start.elapsed().as_secs_f64();
+    let cpu_used = cpu() - cpu_before;
     ensure!(out.status.success(), "smbclient failed");
-    Ok((2 * bytes) as f64 / secs / 1e6)
+    let moved = (2 * bytes) as f64;
+    Ok((moved / secs / 1e6, cpu_used / (moved / (1u64 << 30) as f64)))
 }
 
 #[test]
@@ -72,9 +80,14 @@ fn smb_throughput_with_and_without_telemetry() -> anyhow::Result<()> {
     }
     std::fs::write(dir.path().join("f.bin"), &f)?;
     let (mut on, mut off) = (Vec::new(), Vec::new());
+    let (mut cpu_on, mut cpu_off) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
-        off.push(run(true, dir.path(), bytes)?);
-        on.push(run(false, dir.path(), bytes)?);
+        let (mbs, cpu) = run(true, dir.path(), bytes)?;
+        off.push(mbs);
+        cpu_off.push(cpu);
+        let (mbs, cpu) = run(false, dir.path(), bytes)?;
+        on.push(mbs);
+        cpu_on.push(cpu);
     }
     let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
     let (b_on, b_off) = (best(&on), best(&off));
@@ -90,6 +103,11 @@ fn smb_throughput_with_and_without_telemetry() -> anyhow::Result<()> {
         "on/off = {:.2}% (best), {:.2}% (median)",
         b_on / b_off * 100.0,
         m_on / m_off * 100.0
+    );
+    let (c_on, c_off) = (median(&cpu_on), median(&cpu_off));
+    println!(
+        "server CPU s/GiB: on {cpu_on:.3?} (median {c_on:.3}), off {cpu_off:.3?} (median {c_off:.3}); on/off = {:.2}%",
+        c_on / c_off * 100.0
     );
     Ok(())
 }

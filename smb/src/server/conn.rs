@@ -95,7 +95,6 @@ pub async fn run_connection(
             peer,
             local,
             smb1_seen: false,
-            next_file_id: 0,
         },
         backend,
         config,

@@ -32,12 +32,23 @@ impl ShareState {
 pub struct SharedState {
     shares: Mutex<HashMap<String, Arc<ShareState>>>,
     bufs: super::bufpool::BufPool,
+    /// Last FileId handed out. Server-wide, not per connection: share-mode entries and
+    /// byte-range locks of every connection live in the same per-share tables, keyed by
+    /// the open's volatile id, so two connections must never use the same id.
+    last_file_id: std::sync::atomic::AtomicU64,
 }
 
 impl SharedState {
     /// The server's pool of READ response buffers.
     pub fn bufs(&self) -> &super::bufpool::BufPool {
         &self.bufs
+    }
+
+    /// A FileId no other open of this server has (both halves the same number).
+    pub fn next_file_id(&self) -> u64 {
+        self.last_file_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .wrapping_add(1)
     }
 
     /// The state of share `name` (case-insensitive).

@@ -55,8 +55,6 @@ pub struct ConnState {
     pub local: std::net::SocketAddr,
     /// Whether an SMB1 negotiate already took place (a second is a protocol error).
     pub smb1_seen: bool,
-    /// Last file id handed out (persistent and volatile use the same counter).
-    pub next_file_id: u64,
 }
 
 /// Where a session's authentication stands.

@@ -66,10 +66,10 @@ pub fn map_access(desired: u32, maximal: u32) -> u32 {
 }
 
 fn new_file_id(conn: &mut Connection) -> FileId {
-    conn.state.next_file_id += 1;
+    let id = conn.shared.next_file_id();
     FileId {
-        persistent: conn.state.next_file_id,
-        volatile: conn.state.next_file_id,
+        persistent: id,
+        volatile: id,
     }
 }
 
