@@ -7,6 +7,7 @@
 //! the `srvsvc` pipe on `IPC$`.
 
 pub mod auth;
+pub mod oplock;
 pub mod crypto;
 pub mod proto;
 pub mod rpc;

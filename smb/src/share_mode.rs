@@ -11,5 +11,5 @@
 pub mod access;
 pub mod locks;
 
-pub use access::{OpenMode, ShareModeError, ShareModeTable};
+pub use access::{FileKey, OpenId, OpenMode, ShareModeError, ShareModeTable};
 pub use locks::{LockError, LockManager, LockPlan, LockRange, LockRequest};

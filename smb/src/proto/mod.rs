@@ -25,6 +25,7 @@ pub mod info;
 pub mod io;
 pub mod ioctl;
 pub mod negotiate;
+pub mod oplock;
 pub mod request;
 pub mod session;
 pub mod smb1;

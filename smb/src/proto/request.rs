@@ -43,6 +43,8 @@ pub enum Request<'a> {
     Echo,
     /// QUERY_DIRECTORY.
     QueryDirectory(QueryDirectoryRequest),
+    /// OPLOCK_BREAK (an oplock or lease break acknowledgment).
+    OplockBreak(super::oplock::BreakAck),
     /// CHANGE_NOTIFY.
     ChangeNotify(ChangeNotifyRequest),
     /// QUERY_INFO.
@@ -86,9 +88,7 @@ impl<'a> Request<'a> {
             Command::ChangeNotify => Request::ChangeNotify(ChangeNotifyRequest::decode(msg)?),
             Command::QueryInfo => Request::QueryInfo(QueryInfoRequest::decode(msg)?),
             Command::SetInfo => Request::SetInfo(SetInfoRequest::decode(msg)?),
-            Command::OplockBreak => {
-                return Err(ProtoError::Unsupported("OPLOCK_BREAK acknowledgment"))
-            }
+            Command::OplockBreak => Request::OplockBreak(super::oplock::BreakAck::decode(msg)?),
         })
     }
 }

@@ -69,6 +69,8 @@ pub const NOT_SUPPORTED: u32 = 0xC000_00BB;
 pub const BAD_NETWORK_NAME: u32 = 0xC000_00CC;
 /// The request is not supported by this server.
 pub const REQUEST_NOT_ACCEPTED: u32 = 0xC000_00D0;
+/// STATUS_INVALID_OPLOCK_PROTOCOL: an oplock acknowledgment without a break in progress.
+pub const INVALID_OPLOCK_PROTOCOL: u32 = 0xC000_00E3;
 /// An internal error.
 pub const INTERNAL_ERROR: u32 = 0xC000_00E5;
 /// The target is a directory but a file was required.

@@ -83,6 +83,7 @@ pub async fn run_connection(
     shutdown: CancellationToken,
 ) -> Result<(), ConnError> {
     let local = sock.local_addr()?;
+    let (breaks_tx, breaks_rx) = tokio::sync::mpsc::unbounded_channel();
     let (rd, wr) = sock.into_split();
     let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
     let mut conn = Connection {
@@ -103,6 +104,7 @@ pub async fn run_connection(
         closed: CancellationToken::new(),
         pending: Vec::new(),
         next_async_id: 0,
+        breaks: breaks_tx,
     };
     let _closed = conn.closed.clone().drop_guard();
     let (tx, rx) = tokio::sync::mpsc::channel(FRAME_QUEUE);
@@ -117,7 +119,7 @@ pub async fn run_connection(
     });
     let (out_tx, out_rx) = tokio::sync::mpsc::channel(OUT_QUEUE);
     let writer = tokio::spawn(write_responses(wr, out_rx, conn.shared.clone()));
-    let result = serve_frames(&mut conn, rx, out_tx, &shutdown).await;
+    let result = serve_frames(&mut conn, rx, breaks_rx, out_tx, &shutdown).await;
     reader.abort();
     // The writer ends once every sender is gone: this loop's and those of READs and WRITEs
     // still running. Responses already queued (a LOGOFF's, say) go out first.
@@ -207,6 +209,7 @@ async fn send_all(
 async fn serve_frames(
     conn: &mut Connection,
     mut rx: FrameRx,
+    mut breaks: tokio::sync::mpsc::UnboundedReceiver<crate::oplock::BreakNotice>,
     out: tokio::sync::mpsc::Sender<Outgoing>,
     shutdown: &CancellationToken,
 ) -> Result<(), ConnError> {
@@ -219,8 +222,19 @@ async fn serve_frames(
             _ = shutdown.cancelled() => return Err(ConnError::Shutdown),
             _ = conn.admin_cancel.cancelled() => return Err(ConnError::Shutdown),
             _ = tokio::time::sleep(PENDING_POLL), if waiting => {
-                let msgs = conn.poll_pending()?;
+                let (msgs, retries) = conn.poll_pending()?;
                 send_all(&out, msgs).await?;
+                for op in retries {
+                    if let Some(msg) = conn.retry(op).await? {
+                        send_all(&out, vec![msg]).await?;
+                    }
+                }
+                continue;
+            }
+            Some(notice) = breaks.recv() => {
+                if let Some(msg) = conn.break_message(notice)? {
+                    send_all(&out, vec![msg]).await?;
+                }
                 continue;
             }
             r = tokio::time::timeout(limit, rx.recv()) => match r {
@@ -358,6 +372,8 @@ pub struct Connection {
     pub pending: Vec<PendingOp>,
     /// Last AsyncId handed out.
     pub next_async_id: u64,
+    /// Where breaks of oplocks and leases granted on this connection are delivered.
+    pub breaks: super::shared::BreakSink,
 }
 
 /// Facts about one compound element carried to the next (related operations).
@@ -465,6 +481,11 @@ impl Connection {
             let (mut reply, signed_req) = match reply.wait.take() {
                 Some(wait) if self.pending.len() < MAX_PENDING_PER_CONNECTION => {
                     self.next_async_id += 1;
+                    let element = if matches!(wait, super::pending::Wait::Breaks { .. }) {
+                        element.to_vec()
+                    } else {
+                        Vec::new()
+                    };
                     self.pending.push(PendingOp {
                         async_id: self.next_async_id,
                         hdr: hdr.clone(),
@@ -472,6 +493,8 @@ impl Connection {
                         signed: signed_req,
                         encrypted: encrypted_by.is_some(),
                         wait,
+                        tree_id,
+                        element,
                     });
                     (
                         Reply {
@@ -480,6 +503,9 @@ impl Connection {
                         },
                         false,
                     )
+                }
+                Some(super::pending::Wait::Breaks { .. }) => {
+                    (Reply::error(status::INSUFFICIENT_RESOURCES), signed_req)
                 }
                 Some(_) => (Reply::error(status::LOCK_NOT_GRANTED), signed_req),
                 None => (reply, signed_req),
@@ -620,9 +646,11 @@ impl Connection {
     }
 
     /// Re-checks every waiting operation; returns the final responses of those that finished
-    /// (completed, or their open / session went away).
-    pub fn poll_pending(&mut self) -> Result<Vec<Vec<u8>>, ConnError> {
+    /// (completed, or their open / session went away), and the CREATEs whose breaks are
+    /// done, to be run again with [`Connection::retry`].
+    pub fn poll_pending(&mut self) -> Result<(Vec<Vec<u8>>, Vec<PendingOp>), ConnError> {
         let mut out = Vec::new();
+        let mut retries = Vec::new();
         let mut i = 0;
         while i < self.pending.len() {
             let op = &self.pending[i];
@@ -631,18 +659,100 @@ impl Connection {
             });
             let done = if open_alive {
                 op.poll()
+            } else if op.retries() {
+                Some(status::USER_SESSION_DELETED)
             } else {
                 Some(status::RANGE_NOT_LOCKED)
             };
             match done {
                 Some(st) => {
                     let op = self.pending.swap_remove(i);
-                    out.push(self.complete(op, st)?);
+                    if st == status::SUCCESS && op.retries() {
+                        retries.push(op);
+                    } else {
+                        out.push(self.complete(op, st)?);
+                    }
                 }
                 None => i += 1,
             }
         }
-        Ok(out)
+        Ok((out, retries))
+    }
+
+    /// Runs a CREATE again once the breaks it waited for are done; returns its final
+    /// (async) response, or `None` when it has to wait again.
+    pub async fn retry(&mut self, mut op: PendingOp) -> Result<Option<Vec<u8>>, ConnError> {
+        let element = std::mem::take(&mut op.element);
+        let mut ctx = Ctx {
+            hdr: &op.hdr,
+            msg: &element,
+            session_id: op.session_id,
+            tree_id: op.tree_id,
+            related_file_id: None,
+            encrypted: op.encrypted,
+            deferrable: false,
+            frame: None,
+        };
+        let mut reply = dispatch::dispatch(self, &mut ctx).await;
+        if let Some(wait) = reply.wait.take() {
+            op.wait = wait;
+            op.element = element;
+            self.pending.push(op);
+            return Ok(None);
+        }
+        let mut rh = op.hdr.response(reply.status);
+        rh.flags |= FLAG_ASYNC_COMMAND;
+        rh.async_id = op.async_id;
+        rh.session_id = op.session_id;
+        rh.tree_id = op.tree_id;
+        rh.credits = 0;
+        let mut msg = Vec::with_capacity(HEADER_LEN + reply.body.len());
+        rh.encode(&mut msg);
+        msg.extend_from_slice(&reply.body);
+        let sign = op.signed || self.session_requires_signing(op.session_id);
+        let encrypt = (op.encrypted || reply.encrypt).then_some(op.session_id);
+        self.finish(vec![(msg, op.session_id, sign)], encrypt).map(Some)
+    }
+
+    /// The notification of an oplock or lease break granted on this connection: not
+    /// signed (MessageId -1), sealed when the holder's session encrypts. `None` when the
+    /// session is gone.
+    pub fn break_message(
+        &mut self,
+        notice: crate::oplock::BreakNotice,
+    ) -> Result<Option<Vec<u8>>, ConnError> {
+        use crate::oplock::NoticeKind;
+        use crate::proto::oplock::{encode_lease_break_notification, encode_oplock_break};
+        let Some(session) = self.state.sessions.get(&notice.session_id) else {
+            return Ok(None);
+        };
+        let seal = session.encrypt_key.is_some()
+            && (session.encrypt_data || session.trees.values().any(|t| t.encrypt));
+        let mut rh = Header {
+            command: Command::OplockBreak as u16,
+            flags: FLAG_SERVER_TO_REDIR,
+            message_id: u64::MAX,
+            ..Header::default()
+        };
+        let mut body = Vec::with_capacity(44);
+        match notice.kind {
+            NoticeKind::Oplock { file_id, level } => {
+                rh.session_id = notice.session_id;
+                encode_oplock_break(&mut body, level, file_id);
+            }
+            NoticeKind::Lease {
+                key,
+                epoch,
+                ack_required,
+                current,
+                new,
+            } => encode_lease_break_notification(&mut body, &key, epoch, ack_required, current, new),
+        }
+        let mut msg = Vec::with_capacity(HEADER_LEN + body.len());
+        rh.encode(&mut msg);
+        msg.extend_from_slice(&body);
+        self.finish(vec![(msg, notice.session_id, false)], seal.then_some(notice.session_id))
+            .map(Some)
     }
 
     /// The final (async) response of a pending operation.

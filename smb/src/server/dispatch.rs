@@ -186,6 +186,7 @@ pub async fn dispatch(conn: &mut Connection, ctx: &mut Ctx<'_>) -> Reply {
             Ok(_) => Err(status::NOT_SUPPORTED),
             Err(st) => Err(st),
         },
+        Request::OplockBreak(ack) => handlers::oplock::acknowledge(conn, ctx, ack),
         Request::QueryInfo(r) => handlers::info::query_info(conn, ctx, r).await,
         Request::SetInfo(r) => handlers::info::set_info(conn, ctx, r).await,
     };
@@ -234,6 +235,10 @@ fn observed(
     started: std::time::Instant,
     mut reply: Reply,
 ) -> Reply {
+    if reply.wait.is_some() {
+        // Counted when it completes (a CREATE waiting for breaks runs again).
+        return reply;
+    }
     let Some(observer) = conn
         .state
         .sessions

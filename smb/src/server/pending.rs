@@ -1,7 +1,8 @@
 //! Asynchronous operations (MS-SMB2 3.3.4.2): a request that cannot finish at once gets an
 //! interim STATUS_PENDING response with an AsyncId, and its final response is sent later from
 //! the connection task, when it completes, is cancelled (CANCEL), or its open goes away.
-//! Today blocking byte-range LOCKs are the only such operation.
+//! Two kinds wait: blocking byte-range LOCKs, and CREATEs that broke another client's
+//! oplock or lease and wait for its acknowledgment (they are then run again from the top).
 
 use std::sync::Arc;
 
@@ -29,6 +30,14 @@ pub enum Wait {
         /// The locks, all or nothing.
         locks: Vec<LockRequest>,
     },
+    /// A CREATE waiting until the breaks it caused on a file are acknowledged (or time
+    /// out); then it is dispatched again.
+    Breaks {
+        /// The share whose oplock table holds the file.
+        share: Arc<ShareState>,
+        /// The file.
+        inode: u64,
+    },
 }
 
 /// One outstanding asynchronous operation.
@@ -45,6 +54,10 @@ pub struct PendingOp {
     pub encrypted: bool,
     /// What it waits for.
     pub wait: Wait,
+    /// The effective tree id (for a CREATE run again).
+    pub tree_id: u32,
+    /// The request element, kept for a CREATE run again (empty otherwise).
+    pub element: Vec<u8>,
 }
 
 impl PendingOp {
@@ -52,6 +65,7 @@ impl PendingOp {
     pub fn open_id(&self) -> Option<u64> {
         match &self.wait {
             Wait::Lock { open, .. } => Some(*open),
+            Wait::Breaks { .. } => None,
         }
     }
 
@@ -68,6 +82,15 @@ impl PendingOp {
                 Err(crate::share_mode::LockError::NotGranted) => None,
                 Err(e) => Some(e.nt_status()),
             },
+            Wait::Breaks { share, inode } => (!share
+                .oplocks()
+                .breaking(*inode, std::time::Instant::now()))
+            .then_some(crate::proto::status::SUCCESS),
         }
+    }
+
+    /// Whether completing means running the request again (a CREATE after breaks).
+    pub fn retries(&self) -> bool {
+        matches!(self.wait, Wait::Breaks { .. })
     }
 }

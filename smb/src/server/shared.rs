@@ -5,16 +5,47 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::oplock::{BreakNotice, OplockTable};
 use crate::share_mode::{LockManager, ShareModeTable};
+
+/// Where a connection receives the breaks of the oplocks and leases granted to it.
+pub type BreakSink = tokio::sync::mpsc::UnboundedSender<BreakNotice>;
 
 /// Open/lock state of one share.
 #[derive(Default)]
 pub struct ShareState {
     modes: Mutex<ShareModeTable>,
     locks: Mutex<LockManager>,
+    oplocks: Mutex<OplockTable<BreakSink>>,
+}
+
+/// Sends break notices to the connections that own the grants (after the table's lock
+/// is released); a connection that is gone has nothing left to break.
+pub fn deliver(notices: Vec<(BreakSink, BreakNotice)>) {
+    for (sink, notice) in notices {
+        let _ = sink.send(notice);
+    }
 }
 
 impl ShareState {
+    /// The oplock and lease table.
+    pub fn oplocks(&self) -> MutexGuard<'_, OplockTable<BreakSink>> {
+        self.oplocks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Breaks the read caching others hold on `file` before `writer` changes its data
+    /// (WRITE, end-of-file and allocation changes).
+    pub fn break_for_write(&self, file: u64, writer: u64, key: Option<&[u8; 16]>) {
+        let notices = {
+            let mut t = self.oplocks();
+            if t.is_empty() {
+                return;
+            }
+            t.break_for_write(file, writer, key, std::time::Instant::now())
+        };
+        deliver(notices);
+    }
+
     /// The share-mode table.
     pub fn modes(&self) -> MutexGuard<'_, ShareModeTable> {
         self.modes.lock().unwrap_or_else(|p| p.into_inner())

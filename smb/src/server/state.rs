@@ -194,6 +194,8 @@ pub struct Open {
     pub file_id: FileId,
     /// The tree it belongs to.
     pub tree_id: u32,
+    /// The lease it holds part of, if any (its own writes do not break it).
+    pub lease_key: Option<[u8; 16]>,
     /// Storage handle (None for pipes).
     pub file: Option<Arc<dyn FsFile>>,
     /// The share's cross-connection state (None for pipes).

@@ -260,6 +260,14 @@ impl ShareModeTable {
         Ok(())
     }
 
+    /// Whether a new open with `mode` would fail the sharing check against the opens of
+    /// `file` now present (nothing is registered).
+    pub fn conflicts(&self, file: FileKey, mode: OpenMode) -> bool {
+        self.files.get(&file).is_some_and(|e| {
+            e.delete_pending || check_share_access(e.opens.iter().map(|o| &o.mode), mode).is_err()
+        })
+    }
+
     /// Sets or clears the file's delete-pending state (SET_INFO FileDispositionInformation).
     /// Returns false if the open is unknown.
     pub fn set_delete_pending(&mut self, file: FileKey, open: OpenId, pending: bool) -> bool {

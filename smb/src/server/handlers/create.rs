@@ -6,7 +6,15 @@ use crate::proto::create::{
     CreateResponse, CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_MXAC, CTX_QFID, FILE_DELETE_ON_CLOSE,
     FILE_OPENED,
 };
+use crate::oplock::{Holder, OpenImpact, Want};
+use crate::proto::negotiate::DIALECT_210;
+use crate::proto::oplock::{
+    lease_response, LeaseRequest, CTX_LEASE, OPLOCK_LEVEL_BATCH, OPLOCK_LEVEL_EXCLUSIVE,
+    OPLOCK_LEVEL_II, OPLOCK_LEVEL_LEASE,
+};
 use crate::proto::{status, FileAttrs, FileId, ATTR_NORMAL};
+use crate::server::pending::Wait;
+use crate::server::shared::deliver;
 use crate::share_mode::access::check_may_delete;
 use crate::share_mode::OpenMode;
 use crate::vfs::{self, CreateDisposition};
@@ -73,6 +81,35 @@ fn new_file_id(conn: &mut Connection) -> FileId {
     }
 }
 
+/// Access bits that neither read nor change data: opens asking only for these break no
+/// oplock or lease.
+const ATTRIBUTE_ACCESS: u32 = 0x0000_0080 | 0x0000_0100 | 0x0002_0000 | 0x0010_0000;
+
+/// The lease request of a CREATE, when it asks for one and the dialect has leases.
+fn lease_request(conn: &Connection, req: &CreateRequest<'_>) -> Option<LeaseRequest> {
+    let dialect = conn.state.negotiated.as_ref()?.dialect;
+    if req.oplock_level != OPLOCK_LEVEL_LEASE || dialect < DIALECT_210 {
+        return None;
+    }
+    LeaseRequest::decode(req.context(CTX_LEASE)?.data).ok()
+}
+
+/// The caching a CREATE asks for.
+fn wanted_caching(conn: &Connection, req: &CreateRequest<'_>) -> Want {
+    if let Some(l) = lease_request(conn, req) {
+        return Want::Lease {
+            key: l.key,
+            state: l.state,
+            version: l.version,
+            epoch: l.epoch,
+        };
+    }
+    match req.oplock_level {
+        OPLOCK_LEVEL_II | OPLOCK_LEVEL_EXCLUSIVE | OPLOCK_LEVEL_BATCH => Want::Oplock(req.oplock_level),
+        _ => Want::Nothing,
+    }
+}
+
 /// Handles CREATE.
 pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest<'_>) -> HResult {
     let fs = {
@@ -124,15 +161,25 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     {
         return Err(status::ACCESS_DENIED);
     }
+    let want = wanted_caching(conn, &req);
+    let lease_key = match want {
+        Want::Lease { key, .. } => Some(key),
+        _ => None,
+    };
+    let mode = OpenMode {
+        access,
+        share: req.share_access,
+    };
+    let has_grants = !share_state.oplocks().is_empty();
     let path = req.name.clone();
     let options = req.create_options;
     let attributes = req.file_attributes;
     let write = access & (FILE_WRITE_DATA | FILE_APPEND_DATA) != 0 || truncates;
     let read = access & (FILE_READ_DATA | FILE_EXECUTE) != 0;
     let ro = read_only;
-    if truncates {
-        // Share modes are checked before anything is truncated: probe the existing file
-        // without the truncating disposition and test the new open against the table.
+    if truncates || has_grants {
+        // Oplock and lease breaks, and share modes, are settled before anything is
+        // truncated: probe the existing file without the truncating disposition.
         let probe_fs = fs.clone();
         let probe_path = path.clone();
         let existing = blocking(move || {
@@ -152,7 +199,32 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
             }
         })
         .await;
-        if let Ok(Some(inode)) = existing {
+        if let (Ok(Some(inode)), true) = (&existing, has_grants) {
+            let inode = *inode;
+            let impact = OpenImpact {
+                truncates,
+                share_conflict: share_state.modes().conflicts(inode, mode),
+                attributes_only: access & !ATTRIBUTE_ACCESS == 0,
+            };
+            let now = std::time::Instant::now();
+            let notices =
+                share_state
+                    .oplocks()
+                    .break_for_open(inode, lease_key.as_ref(), impact, now);
+            deliver(notices);
+            // A lone CREATE waits (STATUS_PENDING) for the acknowledgments, then runs
+            // again from the top; inside a compound it goes on at once with what is left.
+            if ctx.deferrable && share_state.oplocks().breaking(inode, now) {
+                return Ok(Reply {
+                    wait: Some(Wait::Breaks {
+                        share: share_state.clone(),
+                        inode,
+                    }),
+                    ..Reply::default()
+                });
+            }
+        }
+        if let (Ok(Some(inode)), true) = (existing, truncates) {
             let probe_id = new_file_id(conn).volatile;
             let mut modes = share_state.modes();
             modes
@@ -199,17 +271,35 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     if delete_on_close {
         check_may_delete(access, opened.info.attributes).map_err(|e| e.nt_status())?;
     }
-    let mode = OpenMode {
-        access,
-        share: req.share_access,
-    };
-    {
+    let inode = opened.info.file_id;
+    if lease_key.is_some_and(|k| share_state.oplocks().key_used_elsewhere(&k, inode)) {
+        return Err(status::INVALID_PARAMETER);
+    }
+    let open_count = {
         let mut modes = share_state.modes();
         modes
-            .try_open(opened.info.file_id, file_id.volatile, mode, delete_on_close)
+            .try_open(inode, file_id.volatile, mode, delete_on_close)
             .map_err(|e| e.nt_status())?;
-        modes.set_path(opened.info.file_id, file_id.volatile, &req.name);
-    }
+        modes.set_path(inode, file_id.volatile, &req.name);
+        modes.open_count(inode)
+    };
+    let granted = {
+        let mut oplocks = share_state.oplocks();
+        let same_lease = lease_key.map_or(0, |k| oplocks.opens_of_lease(inode, &k));
+        let others = open_count.saturating_sub(1 + same_lease) > 0;
+        oplocks.grant(
+            inode,
+            Holder {
+                open: file_id.volatile,
+                file_id,
+                session_id: ctx.session_id,
+            },
+            want,
+            others,
+            opened.info.is_dir,
+            conn.breaks.clone(),
+        )
+    };
     let mut contexts: Vec<(&'static [u8], Vec<u8>)> = Vec::new();
     if req.context(CTX_MXAC).is_some() {
         contexts.push((CTX_MXAC, mxac_response(status::SUCCESS, maximal)));
@@ -217,8 +307,11 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     if req.context(CTX_QFID).is_some() {
         contexts.push((CTX_QFID, qfid_response(opened.info.file_id, 0)));
     }
+    if let (Some((state, epoch)), Some(lease)) = (granted.lease, lease_request(conn, &req)) {
+        contexts.push((CTX_LEASE, lease_response(&lease, state, epoch)));
+    }
     let resp = CreateResponse {
-        oplock_level: 0,
+        oplock_level: granted.oplock_level,
         create_action: opened.action.to_wire(),
         attrs: attrs_of(&opened.info),
         file_id,
@@ -227,6 +320,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     let open = Open {
         file_id,
         tree_id: ctx.tree_id,
+        lease_key,
         file: Some(std::sync::Arc::from(opened.file)),
         share: Some(share_state.clone()),
         pipe: None,
@@ -274,6 +368,7 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
     let open = Open {
         file_id,
         tree_id: ctx.tree_id,
+        lease_key: None,
         file: None,
         share: None,
         pipe: Some(pipe),
@@ -307,6 +402,7 @@ pub async fn close_open(o: Open) -> Result<(), u32> {
     };
     let id = o.file_id.volatile;
     let _waiters = share.locks().release_open(o.inode, id);
+    share.oplocks().close(o.inode, id);
     let outcome = share.modes().close(o.inode, id);
     if outcome.delete_now {
         if let Some(f) = o.file {

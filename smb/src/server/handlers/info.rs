@@ -113,6 +113,18 @@ pub async fn set_info(
     let open = super::open(conn, ctx, req.file_id)?;
     let f = file_of(open)?;
     let access = open.access;
+    let writer = (
+        open.share.clone(),
+        open.inode,
+        open.file_id.volatile,
+        open.lease_key,
+    );
+    // Size changes make other clients' cached data stale: break their read caching.
+    let break_readers = move || {
+        if let (Some(share), inode, id, key) = &writer {
+            share.break_for_write(*inode, *id, key.as_ref());
+        }
+    };
     let need = |bits: u32| {
         if access & bits == 0 {
             Err(status::ACCESS_DENIED)
@@ -187,11 +199,13 @@ pub async fn set_info(
         class::END_OF_FILE => {
             need(FILE_WRITE_DATA | FILE_APPEND_DATA)?;
             let size = decode_u64_info(req.buffer).map_err(bad)?;
+            break_readers();
             blocking(move || f.set_end_of_file(size)).await?;
         }
         class::ALLOCATION => {
             need(FILE_WRITE_DATA | FILE_APPEND_DATA)?;
             let size = decode_u64_info(req.buffer).map_err(bad)?;
+            break_readers();
             blocking(move || f.set_allocation_size(size)).await?;
         }
         class::POSITION => {

@@ -99,6 +99,9 @@ pub async fn write(conn: &mut Connection, ctx: &mut Ctx<'_>, req: WriteRequest<'
         return Err(status::INVALID_DEVICE_REQUEST);
     }
     check_io(open, req.offset, req.data.len() as u64, true)?;
+    if let Some(share) = &open.share {
+        share.break_for_write(open.inode, open.file_id.volatile, open.lease_key.as_ref());
+    }
     let f = file_of(open)?;
     let write_through = req.flags & WRITEFLAG_WRITE_THROUGH != 0 || open.mode & 0x2 != 0;
     let position = open.position.clone();

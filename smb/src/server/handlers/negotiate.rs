@@ -3,7 +3,7 @@
 use crate::auth::negotiate_security_blob;
 use crate::crypto::{Cipher, SigningAlgorithm};
 use crate::proto::negotiate::{
-    NegotiateContext, NegotiateRequest, NegotiateResponse, CAP_ENCRYPTION, CAP_LARGE_MTU,
+    NegotiateContext, NegotiateRequest, NegotiateResponse, CAP_ENCRYPTION, CAP_LARGE_MTU, CAP_LEASING,
     DIALECT_202, DIALECT_210, DIALECT_300, DIALECT_302, DIALECT_311, HASH_SHA512, SIGNING_ENABLED,
     SIGNING_REQUIRED,
 };
@@ -47,7 +47,7 @@ pub fn negotiate(conn: &mut Connection, ctx: &mut Ctx<'_>, req: NegotiateRequest
     };
     let mut caps = 0;
     if dialect >= DIALECT_210 {
-        caps |= CAP_LARGE_MTU;
+        caps |= CAP_LARGE_MTU | CAP_LEASING;
     }
     let mut cipher = None;
     let mut signing = match dialect {

@@ -1,0 +1,674 @@
+//! Which opens of a share may cache what: oplocks (level II, exclusive, batch) and leases
+//! (R, RH, RW, RWH), the breaks that a conflicting open or a write causes, break
+//! acknowledgments and their timeout (MS-SMB2 3.3.4.6, 3.3.4.7, 3.3.5.22; the object-store
+//! rules of MS-FSA 2.1.5.17 reduced to what SMB2 clients observe).
+//!
+//! Pure state, like [`crate::share_mode`]: functions return the notices to send, each with
+//! the owner's delivery handle `S` (the server uses a channel to the owning connection),
+//! and the server sends them after releasing the table's lock. An oplock is modelled as a
+//! lease state of its own open: batch = RWH, exclusive = RW, level II = R.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::proto::oplock::{
+    LEASE_HANDLE as H, LEASE_READ as R, LEASE_WRITE as W, OPLOCK_LEVEL_BATCH,
+    OPLOCK_LEVEL_EXCLUSIVE, OPLOCK_LEVEL_II, OPLOCK_LEVEL_LEASE, OPLOCK_LEVEL_NONE,
+};
+use crate::proto::{status, FileId};
+use crate::share_mode::{FileKey, OpenId};
+
+/// How long a break waits for its acknowledgment before the server lowers the state
+/// itself (Windows' default lease/oplock break timeout).
+pub const BREAK_TIMEOUT: Duration = Duration::from_secs(35);
+/// Most caching entries (oplocks plus leases) per file; beyond it new opens get none.
+pub const MAX_CACHING_PER_FILE: usize = 256;
+
+/// One open holding (part of) a caching grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder {
+    /// The open (volatile id, unique server-wide).
+    pub open: OpenId,
+    /// Its FileId (named in oplock break notifications).
+    pub file_id: FileId,
+    /// Its session (oplock breaks are sent for it; sealed when it encrypts).
+    pub session_id: u64,
+}
+
+/// A break to deliver to the owner of an oplock or lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakNotice {
+    /// The session of the open the grant was made to.
+    pub session_id: u64,
+    /// What to send.
+    pub kind: NoticeKind,
+}
+
+/// The two notification forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeKind {
+    /// Oplock break notification: `level` is the most the client may keep.
+    Oplock {
+        /// The open.
+        file_id: FileId,
+        /// New oplock level.
+        level: u8,
+    },
+    /// Lease break notification.
+    Lease {
+        /// The lease.
+        key: [u8; 16],
+        /// New epoch (v2).
+        epoch: u16,
+        /// Whether the client must acknowledge (it held write or handle caching).
+        ack_required: bool,
+        /// State before the break.
+        current: u32,
+        /// State after it.
+        new: u32,
+    },
+}
+
+/// What a CREATE asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    /// No caching.
+    Nothing,
+    /// An oplock of this level (`OPLOCK_LEVEL_*`).
+    Oplock(u8),
+    /// A lease.
+    Lease {
+        /// Lease key.
+        key: [u8; 16],
+        /// Requested state.
+        state: u32,
+        /// 1 or 2.
+        version: u8,
+        /// The client's epoch (v2).
+        epoch: u16,
+    },
+}
+
+/// What a CREATE was granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Granted {
+    /// OplockLevel of the CREATE response (`OPLOCK_LEVEL_LEASE` for leases).
+    pub oplock_level: u8,
+    /// For a lease request: the granted state and epoch.
+    pub lease: Option<(u32, u16)>,
+}
+
+/// How a new open bears on existing grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpenImpact {
+    /// The open truncates (overwrite, supersede): cached data becomes stale.
+    pub truncates: bool,
+    /// The open would fail the share-mode check against the opens now present: handle
+    /// caching is broken so that clients close handles they only keep cached.
+    pub share_conflict: bool,
+    /// The open asks for attributes, synchronisation or the security descriptor only:
+    /// it breaks nothing (MS-FSA: such opens do not break oplocks).
+    pub attributes_only: bool,
+}
+
+/// Why an acknowledgment was refused, as the NTSTATUS to answer.
+pub type AckError = u32;
+
+#[derive(Debug, Clone)]
+struct Caching<S> {
+    /// Lease key; `None` for an oplock (then `opens` has exactly one holder).
+    key: Option<[u8; 16]>,
+    opens: Vec<Holder>,
+    state: u32,
+    breaking_to: Option<u32>,
+    deadline: Option<Instant>,
+    epoch: u16,
+    version: u8,
+    sink: S,
+}
+
+impl<S> Caching<S> {
+    /// The state once the break in progress (if any) is done.
+    fn target(&self) -> u32 {
+        self.breaking_to.unwrap_or(self.state)
+    }
+
+    fn holds(&self, open: OpenId) -> bool {
+        self.opens.iter().any(|h| h.open == open)
+    }
+
+    fn is_oplock(&self) -> bool {
+        self.key.is_none()
+    }
+}
+
+/// Valid lease states are none, R, RH, RW and RWH: W or H without R means none.
+fn normalize(state: u32) -> u32 {
+    let s = state & (R | W | H);
+    if s & R == 0 {
+        0
+    } else {
+        s
+    }
+}
+
+/// The oplock level of a caching state.
+pub fn oplock_level(state: u32) -> u8 {
+    match (state & W != 0, state & H != 0, state & R != 0) {
+        (true, true, _) => OPLOCK_LEVEL_BATCH,
+        (true, false, _) => OPLOCK_LEVEL_EXCLUSIVE,
+        (false, _, true) => OPLOCK_LEVEL_II,
+        _ => OPLOCK_LEVEL_NONE,
+    }
+}
+
+/// The caching state of an oplock level.
+fn state_of_level(level: u8) -> u32 {
+    match level {
+        OPLOCK_LEVEL_BATCH => R | W | H,
+        OPLOCK_LEVEL_EXCLUSIVE => R | W,
+        OPLOCK_LEVEL_II => R,
+        _ => 0,
+    }
+}
+
+/// The oplocks and leases of one share's files.
+#[derive(Debug)]
+pub struct OplockTable<S> {
+    files: HashMap<FileKey, Vec<Caching<S>>>,
+    timeout: Duration,
+}
+
+impl<S> Default for OplockTable<S> {
+    fn default() -> Self {
+        OplockTable {
+            files: HashMap::new(),
+            timeout: BREAK_TIMEOUT,
+        }
+    }
+}
+
+impl<S: Clone> OplockTable<S> {
+    /// A table whose breaks time out after `timeout` (tests).
+    pub fn with_timeout(timeout: Duration) -> Self {
+        OplockTable {
+            files: HashMap::new(),
+            timeout,
+        }
+    }
+
+    /// Whether no file has any grant (the data path skips the table then).
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// Moves `e` towards `target`: at once when nothing cached needs flushing (R only),
+    /// else as a break the owner must acknowledge. Returns the notice to send, if any.
+    fn lower(e: &mut Caching<S>, target: u32, now: Instant, timeout: Duration) -> Option<(S, BreakNotice)> {
+        let target = normalize(target);
+        if target == e.target() {
+            return None;
+        }
+        let current = e.state;
+        let ack_required = current & (W | H) != 0;
+        if ack_required {
+            e.breaking_to = Some(target);
+            e.deadline.get_or_insert(now + timeout);
+        } else {
+            e.state = target;
+        }
+        e.epoch = e.epoch.wrapping_add(1);
+        let holder = e.opens.first().copied()?;
+        let kind = match e.key {
+            None => NoticeKind::Oplock {
+                file_id: holder.file_id,
+                level: oplock_level(target),
+            },
+            Some(key) => NoticeKind::Lease {
+                key,
+                epoch: if e.version >= 2 { e.epoch } else { 0 },
+                ack_required,
+                current,
+                new: target,
+            },
+        };
+        Some((
+            e.sink.clone(),
+            BreakNotice {
+                session_id: holder.session_id,
+                kind,
+            },
+        ))
+    }
+
+    fn prune(&mut self, file: FileKey) {
+        if let Some(list) = self.files.get_mut(&file) {
+            list.retain(|e| !e.opens.is_empty() && (e.state != 0 || e.breaking_to.is_some()));
+            if list.is_empty() {
+                self.files.remove(&file);
+            }
+        }
+    }
+
+    /// Breaks what a new open of `file` by the owner of lease `key` (or an oplock or plain
+    /// open: `None`) conflicts with. The caller waits (see [`Self::breaking`]) before
+    /// going on with the open.
+    pub fn break_for_open(
+        &mut self,
+        file: FileKey,
+        key: Option<&[u8; 16]>,
+        impact: OpenImpact,
+        now: Instant,
+    ) -> Vec<(S, BreakNotice)> {
+        if impact.attributes_only && !impact.truncates {
+            return Vec::new();
+        }
+        let timeout = self.timeout;
+        let mut out = Vec::new();
+        if let Some(list) = self.files.get_mut(&file) {
+            for e in list.iter_mut() {
+                if key.is_some() && e.key.as_ref() == key {
+                    continue;
+                }
+                let mut target = e.target();
+                if impact.share_conflict {
+                    // The open fails its sharing check unless a client closes a handle
+                    // it only keeps cached: only handle caching is broken (a batch
+                    // oplock to level II); other grants stay and the open is refused.
+                    if target & H == 0 {
+                        continue;
+                    }
+                    target &= !H;
+                    if e.is_oplock() {
+                        target &= !W;
+                    }
+                } else if target & W != 0 {
+                    // Another opener: no more write caching; an oplock loses handle
+                    // caching with it (batch and exclusive break to level II).
+                    target &= !W;
+                    if e.is_oplock() {
+                        target &= !H;
+                    }
+                }
+                if impact.truncates {
+                    target &= !(R | W);
+                }
+                out.extend(Self::lower(e, target, now, timeout));
+            }
+        }
+        self.prune(file);
+        out
+    }
+
+    /// Breaks read caching of every grant on `file` but the writer's own lease or
+    /// exclusive/batch oplock (a WRITE or an end-of-file change by `writer`, holding lease
+    /// `key` if any). A level II oplock breaks even on its own open's writes (Windows).
+    /// Writes do not wait for acknowledgments.
+    pub fn break_for_write(
+        &mut self,
+        file: FileKey,
+        writer: OpenId,
+        key: Option<&[u8; 16]>,
+        now: Instant,
+    ) -> Vec<(S, BreakNotice)> {
+        let timeout = self.timeout;
+        let mut out = Vec::new();
+        if let Some(list) = self.files.get_mut(&file) {
+            for e in list.iter_mut() {
+                let own = match (&e.key, key) {
+                    (Some(k), Some(w)) => k == w,
+                    (None, _) => e.holds(writer) && e.target() & W != 0,
+                    _ => false,
+                };
+                if own || e.target() & R == 0 {
+                    continue;
+                }
+                out.extend(Self::lower(e, 0, now, timeout));
+            }
+        }
+        self.prune(file);
+        out
+    }
+
+    /// Whether a break on `file` still waits for its acknowledgment. Breaks past their
+    /// deadline are completed here (the state is lowered as if acknowledged).
+    pub fn breaking(&mut self, file: FileKey, now: Instant) -> bool {
+        let mut waiting = false;
+        if let Some(list) = self.files.get_mut(&file) {
+            for e in list.iter_mut() {
+                if let Some(to) = e.breaking_to {
+                    if e.deadline.is_some_and(|d| now >= d) {
+                        e.state = to;
+                        e.breaking_to = None;
+                        e.deadline = None;
+                    } else {
+                        waiting = true;
+                    }
+                }
+            }
+        }
+        self.prune(file);
+        waiting
+    }
+
+    /// Whether lease `key` is held on a file other than `file` (a lease key names one
+    /// file: reusing it elsewhere is an invalid parameter).
+    pub fn key_used_elsewhere(&self, key: &[u8; 16], file: FileKey) -> bool {
+        self.files
+            .iter()
+            .any(|(f, l)| *f != file && l.iter().any(|e| e.key.as_ref() == Some(key)))
+    }
+
+    /// Opens of `file` holding lease `key` (they do not count as other openers).
+    pub fn opens_of_lease(&self, file: FileKey, key: &[u8; 16]) -> usize {
+        self.files
+            .get(&file)
+            .and_then(|l| l.iter().find(|e| e.key.as_ref() == Some(key)))
+            .map_or(0, |e| e.opens.len())
+    }
+
+    /// Grants `want` to a new open of `file` (after the breaks it caused are done).
+    /// `others` is whether any other opener (not sharing the lease) has the file open.
+    pub fn grant(
+        &mut self,
+        file: FileKey,
+        holder: Holder,
+        want: Want,
+        others: bool,
+        is_dir: bool,
+        sink: S,
+    ) -> Granted {
+        let none = Granted {
+            oplock_level: OPLOCK_LEVEL_NONE,
+            lease: None,
+        };
+        if is_dir {
+            // No directory oplocks or leasing (not advertised): no lease context either.
+            return none;
+        }
+        let list = self.files.entry(file).or_default();
+        let granted = match want {
+            Want::Nothing => none,
+            Want::Oplock(level) => {
+                let wanted = state_of_level(level);
+                let state = if list.len() >= MAX_CACHING_PER_FILE {
+                    0
+                } else if !others {
+                    wanted
+                } else {
+                    wanted & R
+                };
+                if state != 0 {
+                    list.push(Caching {
+                        key: None,
+                        opens: vec![holder],
+                        state,
+                        breaking_to: None,
+                        deadline: None,
+                        epoch: 0,
+                        version: 0,
+                        sink,
+                    });
+                }
+                Granted {
+                    oplock_level: oplock_level(state),
+                    lease: None,
+                }
+            }
+            Want::Lease {
+                key,
+                state: requested,
+                version,
+                epoch,
+            } => {
+                let requested = normalize(requested);
+                if let Some(e) = list.iter_mut().find(|e| e.key == Some(key)) {
+                    e.opens.push(holder);
+                    let upgrade = !others
+                        && e.breaking_to.is_none()
+                        && requested & e.state == e.state
+                        && requested != e.state;
+                    if upgrade {
+                        e.state = requested;
+                        e.epoch = e.epoch.wrapping_add(1);
+                    }
+                    Granted {
+                        oplock_level: OPLOCK_LEVEL_LEASE,
+                        lease: Some((e.state, e.epoch)),
+                    }
+                } else {
+                    let state = if list.len() >= MAX_CACHING_PER_FILE {
+                        0
+                    } else if others {
+                        normalize(requested & !W)
+                    } else {
+                        requested
+                    };
+                    let epoch = epoch.wrapping_add(1);
+                    if state != 0 {
+                        list.push(Caching {
+                            key: Some(key),
+                            opens: vec![holder],
+                            state,
+                            breaking_to: None,
+                            deadline: None,
+                            epoch,
+                            version,
+                            sink,
+                        });
+                    }
+                    Granted {
+                        oplock_level: OPLOCK_LEVEL_LEASE,
+                        lease: Some((state, epoch)),
+                    }
+                }
+            }
+        };
+        self.prune(file);
+        granted
+    }
+
+    /// An oplock break acknowledgment from `open` of `file` lowering to `level`; returns
+    /// the level now held.
+    pub fn ack_oplock(&mut self, file: FileKey, open: OpenId, level: u8) -> Result<u8, AckError> {
+        let list = self
+            .files
+            .get_mut(&file)
+            .ok_or(status::INVALID_OPLOCK_PROTOCOL)?;
+        let e = list
+            .iter_mut()
+            .find(|e| e.is_oplock() && e.holds(open))
+            .ok_or(status::INVALID_OPLOCK_PROTOCOL)?;
+        let to = e.breaking_to.ok_or(status::INVALID_OPLOCK_PROTOCOL)?;
+        if level > oplock_level(to) {
+            return Err(status::INVALID_PARAMETER);
+        }
+        e.state = state_of_level(level);
+        e.breaking_to = None;
+        e.deadline = None;
+        let held = oplock_level(e.state);
+        self.prune(file);
+        Ok(held)
+    }
+
+    /// A lease break acknowledgment lowering lease `key` to `state`; returns the state.
+    pub fn ack_lease(&mut self, key: &[u8; 16], state: u32) -> Result<u32, AckError> {
+        let (file, e) = self
+            .files
+            .iter_mut()
+            .find_map(|(f, l)| l.iter_mut().find(|e| e.key.as_ref() == Some(key)).map(|e| (*f, e)))
+            .ok_or(status::OBJECT_NAME_NOT_FOUND)?;
+        let to = e.breaking_to.ok_or(status::UNSUCCESSFUL)?;
+        if state & !to != 0 {
+            return Err(status::REQUEST_NOT_ACCEPTED);
+        }
+        e.state = normalize(state);
+        e.breaking_to = None;
+        e.deadline = None;
+        let held = e.state;
+        self.prune(file);
+        Ok(held)
+    }
+
+    /// Forgets `open` of `file` (CLOSE, logoff, disconnect).
+    pub fn close(&mut self, file: FileKey, open: OpenId) {
+        if let Some(list) = self.files.get_mut(&file) {
+            for e in list.iter_mut() {
+                e.opens.retain(|h| h.open != open);
+            }
+        }
+        self.prune(file);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(open: OpenId) -> Holder {
+        Holder {
+            open,
+            file_id: FileId {
+                persistent: open,
+                volatile: open,
+            },
+            session_id: 1,
+        }
+    }
+
+    fn lease(key: u8, state: u32) -> Want {
+        Want::Lease {
+            key: [key; 16],
+            state,
+            version: 2,
+            epoch: 0,
+        }
+    }
+
+    #[test]
+    fn a_sole_opener_gets_what_it_asks_and_a_second_breaks_it_to_level_two() {
+        let mut t = OplockTable::<u32>::default();
+        let now = Instant::now();
+        let g = t.grant(1, holder(10), Want::Oplock(OPLOCK_LEVEL_BATCH), false, false, 7);
+        assert_eq!(g.oplock_level, OPLOCK_LEVEL_BATCH);
+        let n = t.break_for_open(1, None, OpenImpact::default(), now);
+        assert_eq!(n.len(), 1);
+        assert_eq!(n[0].0, 7);
+        assert!(matches!(
+            n[0].1.kind,
+            NoticeKind::Oplock {
+                level: OPLOCK_LEVEL_II,
+                ..
+            }
+        ));
+        assert!(t.breaking(1, now));
+        assert_eq!(t.ack_oplock(1, 10, OPLOCK_LEVEL_II), Ok(OPLOCK_LEVEL_II));
+        assert!(!t.breaking(1, now));
+        let g = t.grant(1, holder(11), Want::Oplock(OPLOCK_LEVEL_BATCH), true, false, 8);
+        assert_eq!(g.oplock_level, OPLOCK_LEVEL_II);
+        // A write by the second open breaks both level II oplocks (its own too) to none,
+        // no ack needed.
+        let n = t.break_for_write(1, 11, None, now);
+        assert_eq!(n.len(), 2);
+        assert!(matches!(
+            n[0].1.kind,
+            NoticeKind::Oplock {
+                level: OPLOCK_LEVEL_NONE,
+                ..
+            }
+        ));
+        assert!(!t.breaking(1, now));
+        assert_eq!(t.ack_oplock(1, 10, OPLOCK_LEVEL_NONE), Err(status::INVALID_OPLOCK_PROTOCOL));
+    }
+
+    #[test]
+    fn leases_of_the_same_key_do_not_conflict_and_other_keys_lose_write_caching() {
+        let mut t = OplockTable::<u32>::default();
+        let now = Instant::now();
+        let g = t.grant(1, holder(1), lease(1, R | W | H), false, false, 1);
+        assert_eq!(g.lease, Some((R | W | H, 1)));
+        assert!(t.break_for_open(1, Some(&[1; 16]), OpenImpact::default(), now).is_empty());
+        let g = t.grant(1, holder(2), lease(1, R | W | H), false, false, 1);
+        assert_eq!(g.lease.map(|l| l.0), Some(R | W | H));
+        assert_eq!(t.opens_of_lease(1, &[1; 16]), 2);
+
+        let n = t.break_for_open(1, Some(&[2; 16]), OpenImpact::default(), now);
+        assert_eq!(n.len(), 1);
+        match n[0].1.kind {
+            NoticeKind::Lease {
+                ack_required,
+                current,
+                new,
+                ..
+            } => {
+                assert!(ack_required);
+                assert_eq!((current, new), (R | W | H, R | H));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(t.breaking(1, now));
+        assert_eq!(t.ack_lease(&[1; 16], R | W), Err(status::REQUEST_NOT_ACCEPTED));
+        assert_eq!(t.ack_lease(&[1; 16], R | H), Ok(R | H));
+        assert_eq!(t.ack_lease(&[1; 16], R), Err(status::UNSUCCESSFUL));
+        let g = t.grant(1, holder(3), lease(2, R | W | H), true, false, 2);
+        assert_eq!(g.lease.map(|l| l.0), Some(R | H));
+    }
+
+    #[test]
+    fn sharing_conflicts_break_handle_caching_and_truncation_breaks_reading() {
+        let mut t = OplockTable::<u32>::default();
+        let now = Instant::now();
+        t.grant(1, holder(1), lease(1, R | H), false, false, 1);
+        let conflict = OpenImpact {
+            share_conflict: true,
+            ..OpenImpact::default()
+        };
+        let n = t.break_for_open(1, None, conflict, now);
+        assert!(matches!(n[0].1.kind, NoticeKind::Lease { new: R, .. }));
+        assert_eq!(t.ack_lease(&[1; 16], R), Ok(R));
+        let truncate = OpenImpact {
+            truncates: true,
+            ..OpenImpact::default()
+        };
+        let n = t.break_for_open(1, None, truncate, now);
+        assert!(matches!(
+            n[0].1.kind,
+            NoticeKind::Lease {
+                new: 0,
+                ack_required: false,
+                ..
+            }
+        ));
+        assert!(t.is_empty(), "a lease broken to none is forgotten");
+    }
+
+    #[test]
+    fn attribute_only_opens_break_nothing_and_timeouts_lower_the_state() {
+        let mut t = OplockTable::<u32>::with_timeout(Duration::from_millis(0));
+        let now = Instant::now();
+        t.grant(5, holder(1), Want::Oplock(OPLOCK_LEVEL_EXCLUSIVE), false, false, 1);
+        let stat = OpenImpact {
+            attributes_only: true,
+            ..OpenImpact::default()
+        };
+        assert!(t.break_for_open(5, None, stat, now).is_empty());
+        assert_eq!(t.break_for_open(5, None, OpenImpact::default(), now).len(), 1);
+        assert!(!t.breaking(5, now + Duration::from_millis(1)));
+        t.close(5, 1);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn directories_and_crowded_files_get_no_grant() {
+        let mut t = OplockTable::<u32>::default();
+        let g = t.grant(9, holder(1), lease(1, R | H), false, true, 1);
+        assert_eq!(g.lease, None);
+        assert_eq!(g.oplock_level, OPLOCK_LEVEL_NONE);
+        assert_eq!(
+            t.grant(9, holder(2), Want::Oplock(OPLOCK_LEVEL_BATCH), false, true, 1)
+                .oplock_level,
+            OPLOCK_LEVEL_NONE
+        );
+        assert!(t.is_empty());
+    }
+}
