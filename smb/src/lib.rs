@@ -7,8 +7,8 @@
 //! the `srvsvc` pipe on `IPC$`.
 
 pub mod auth;
-pub mod oplock;
 pub mod crypto;
+pub mod oplock;
 pub mod proto;
 pub mod rpc;
 pub mod server;

@@ -204,7 +204,12 @@ impl<S: Clone> OplockTable<S> {
 
     /// Moves `e` towards `target`: at once when nothing cached needs flushing (R only),
     /// else as a break the owner must acknowledge. Returns the notice to send, if any.
-    fn lower(e: &mut Caching<S>, target: u32, now: Instant, timeout: Duration) -> Option<(S, BreakNotice)> {
+    fn lower(
+        e: &mut Caching<S>,
+        target: u32,
+        now: Instant,
+        timeout: Duration,
+    ) -> Option<(S, BreakNotice)> {
         let target = normalize(target);
         if target == e.target() {
             return None;
@@ -243,7 +248,11 @@ impl<S: Clone> OplockTable<S> {
 
     fn prune(&mut self, file: FileKey) {
         if let Some(list) = self.files.get_mut(&file) {
-            list.retain(|e| !e.opens.is_empty() && (e.state != 0 || e.breaking_to.is_some()));
+            // A lease lives while its opens do, even at state none: later opens with its
+            // key are not "other openers". An oplock at none is gone.
+            list.retain(|e| {
+                !e.opens.is_empty() && (e.key.is_some() || e.state != 0 || e.breaking_to.is_some())
+            });
             if list.is_empty() {
                 self.files.remove(&file);
             }
@@ -391,7 +400,9 @@ impl<S: Clone> OplockTable<S> {
             Want::Nothing => none,
             Want::Oplock(level) => {
                 let wanted = state_of_level(level);
-                let state = if list.len() >= MAX_CACHING_PER_FILE {
+                // A lease with handle caching on the file leaves no room for an oplock.
+                let handle_lease = list.iter().any(|e| !e.is_oplock() && e.target() & H != 0);
+                let state = if list.len() >= MAX_CACHING_PER_FILE || handle_lease {
                     0
                 } else if !others {
                     wanted
@@ -437,15 +448,19 @@ impl<S: Clone> OplockTable<S> {
                         lease: Some((e.state, e.epoch)),
                     }
                 } else {
+                    // Next to an oplock a lease caches reads only.
+                    let oplocked = list.iter().any(|e| e.is_oplock());
                     let state = if list.len() >= MAX_CACHING_PER_FILE {
                         0
+                    } else if oplocked {
+                        requested & R
                     } else if others {
                         normalize(requested & !W)
                     } else {
                         requested
                     };
                     let epoch = epoch.wrapping_add(1);
-                    if state != 0 {
+                    {
                         list.push(Caching {
                             key: Some(key),
                             opens: vec![holder],
@@ -496,7 +511,11 @@ impl<S: Clone> OplockTable<S> {
         let (file, e) = self
             .files
             .iter_mut()
-            .find_map(|(f, l)| l.iter_mut().find(|e| e.key.as_ref() == Some(key)).map(|e| (*f, e)))
+            .find_map(|(f, l)| {
+                l.iter_mut()
+                    .find(|e| e.key.as_ref() == Some(key))
+                    .map(|e| (*f, e))
+            })
             .ok_or(status::OBJECT_NAME_NOT_FOUND)?;
         let to = e.breaking_to.ok_or(status::UNSUCCESSFUL)?;
         if state & !to != 0 {
@@ -549,7 +568,14 @@ mod tests {
     fn a_sole_opener_gets_what_it_asks_and_a_second_breaks_it_to_level_two() {
         let mut t = OplockTable::<u32>::default();
         let now = Instant::now();
-        let g = t.grant(1, holder(10), Want::Oplock(OPLOCK_LEVEL_BATCH), false, false, 7);
+        let g = t.grant(
+            1,
+            holder(10),
+            Want::Oplock(OPLOCK_LEVEL_BATCH),
+            false,
+            false,
+            7,
+        );
         assert_eq!(g.oplock_level, OPLOCK_LEVEL_BATCH);
         let n = t.break_for_open(1, None, OpenImpact::default(), now);
         assert_eq!(n.len(), 1);
@@ -564,7 +590,14 @@ mod tests {
         assert!(t.breaking(1, now));
         assert_eq!(t.ack_oplock(1, 10, OPLOCK_LEVEL_II), Ok(OPLOCK_LEVEL_II));
         assert!(!t.breaking(1, now));
-        let g = t.grant(1, holder(11), Want::Oplock(OPLOCK_LEVEL_BATCH), true, false, 8);
+        let g = t.grant(
+            1,
+            holder(11),
+            Want::Oplock(OPLOCK_LEVEL_BATCH),
+            true,
+            false,
+            8,
+        );
         assert_eq!(g.oplock_level, OPLOCK_LEVEL_II);
         // A write by the second open breaks both level II oplocks (its own too) to none,
         // no ack needed.
@@ -578,7 +611,10 @@ mod tests {
             }
         ));
         assert!(!t.breaking(1, now));
-        assert_eq!(t.ack_oplock(1, 10, OPLOCK_LEVEL_NONE), Err(status::INVALID_OPLOCK_PROTOCOL));
+        assert_eq!(
+            t.ack_oplock(1, 10, OPLOCK_LEVEL_NONE),
+            Err(status::INVALID_OPLOCK_PROTOCOL)
+        );
     }
 
     #[test]
@@ -587,7 +623,9 @@ mod tests {
         let now = Instant::now();
         let g = t.grant(1, holder(1), lease(1, R | W | H), false, false, 1);
         assert_eq!(g.lease, Some((R | W | H, 1)));
-        assert!(t.break_for_open(1, Some(&[1; 16]), OpenImpact::default(), now).is_empty());
+        assert!(t
+            .break_for_open(1, Some(&[1; 16]), OpenImpact::default(), now)
+            .is_empty());
         let g = t.grant(1, holder(2), lease(1, R | W | H), false, false, 1);
         assert_eq!(g.lease.map(|l| l.0), Some(R | W | H));
         assert_eq!(t.opens_of_lease(1, &[1; 16]), 2);
@@ -607,7 +645,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(t.breaking(1, now));
-        assert_eq!(t.ack_lease(&[1; 16], R | W), Err(status::REQUEST_NOT_ACCEPTED));
+        assert_eq!(
+            t.ack_lease(&[1; 16], R | W),
+            Err(status::REQUEST_NOT_ACCEPTED)
+        );
         assert_eq!(t.ack_lease(&[1; 16], R | H), Ok(R | H));
         assert_eq!(t.ack_lease(&[1; 16], R), Err(status::UNSUCCESSFUL));
         let g = t.grant(1, holder(3), lease(2, R | W | H), true, false, 2);
@@ -639,20 +680,32 @@ mod tests {
                 ..
             }
         ));
-        assert!(t.is_empty(), "a lease broken to none is forgotten");
+        assert!(!t.is_empty(), "a lease at none lives while its open does");
+        t.close(1, 1);
+        assert!(t.is_empty());
     }
 
     #[test]
     fn attribute_only_opens_break_nothing_and_timeouts_lower_the_state() {
         let mut t = OplockTable::<u32>::with_timeout(Duration::from_millis(0));
         let now = Instant::now();
-        t.grant(5, holder(1), Want::Oplock(OPLOCK_LEVEL_EXCLUSIVE), false, false, 1);
+        t.grant(
+            5,
+            holder(1),
+            Want::Oplock(OPLOCK_LEVEL_EXCLUSIVE),
+            false,
+            false,
+            1,
+        );
         let stat = OpenImpact {
             attributes_only: true,
             ..OpenImpact::default()
         };
         assert!(t.break_for_open(5, None, stat, now).is_empty());
-        assert_eq!(t.break_for_open(5, None, OpenImpact::default(), now).len(), 1);
+        assert_eq!(
+            t.break_for_open(5, None, OpenImpact::default(), now).len(),
+            1
+        );
         assert!(!t.breaking(5, now + Duration::from_millis(1)));
         t.close(5, 1);
         assert!(t.is_empty());
@@ -665,8 +718,15 @@ mod tests {
         assert_eq!(g.lease, None);
         assert_eq!(g.oplock_level, OPLOCK_LEVEL_NONE);
         assert_eq!(
-            t.grant(9, holder(2), Want::Oplock(OPLOCK_LEVEL_BATCH), false, true, 1)
-                .oplock_level,
+            t.grant(
+                9,
+                holder(2),
+                Want::Oplock(OPLOCK_LEVEL_BATCH),
+                false,
+                true,
+                1
+            )
+            .oplock_level,
             OPLOCK_LEVEL_NONE
         );
         assert!(t.is_empty());

@@ -3,7 +3,9 @@
 //! mounts with `vers=3.1.1,seal` and with `vers=3.0` (the options verified in /proc/mounts),
 //! a 64 MiB file copied in, remounted, copied out and compared by SHA-256, `ls -l`, 1,000
 //! files created / renamed / deleted, `df` reporting the share's quota as the size, cleanup,
-//! `sync` and a clean unmount.
+//! `sync` and a clean unmount. With the lease Quarry grants, re-reading the 64 MiB file is
+//! served from the client's cache: the share's READ counter (from `/metrics`, read by the
+//! guest) does not move.
 //!
 //! Needs qemu and the guest lab cache (minutes under TCG), so it is `#[ignore]`d:
 //! `cargo test -p quarry-tests --test smb_kernel_cifs cifs_linux -- --ignored --nocapture`
@@ -41,13 +43,25 @@ fn cifs_linux_kernel_client_acceptance() -> anyhow::Result<()> {
         .param("SMB_USER", USER)
         .param("SMB_PASS", PASS)
         .param("SMB_EXPECT_SIZE_KIB", &(QUOTA_BYTES / 1024).to_string())
+        .param(
+            "SMB_METRICS_URL",
+            &format!(
+                "http://{}:{}/metrics",
+                guest::HOST_FROM_GUEST,
+                q.http.port()
+            ),
+        )
         .timeout_secs(GUEST_TIMEOUT_SECS)
         .run()?;
     ensure!(run.passed(), "{}", run.summary());
     for tag in ["3.1.1+seal", "3.0"] {
+        if let Some(c) = run.check(&format!("cifs.{tag}.reread_cached")) {
+            println!("{}: {}", c.name, c.detail);
+        }
         for step in [
             "mount_opts",
             "copy_out",
+            "reread_cached",
             "create",
             "rename",
             "delete",

@@ -244,7 +244,10 @@ mod tests {
             let resp = lease_response(&req, LEASE_READ, 6);
             assert_eq!(resp.len(), b.len());
             assert_eq!(&resp[..16], &req.key);
-            assert_eq!(u32::from_le_bytes(resp[16..20].try_into().unwrap()), LEASE_READ);
+            assert_eq!(
+                u32::from_le_bytes(resp[16..20].try_into().unwrap()),
+                LEASE_READ
+            );
         }
         assert!(LeaseRequest::decode(&[0; 31]).is_err());
     }

@@ -711,7 +711,8 @@ impl Connection {
         msg.extend_from_slice(&reply.body);
         let sign = op.signed || self.session_requires_signing(op.session_id);
         let encrypt = (op.encrypted || reply.encrypt).then_some(op.session_id);
-        self.finish(vec![(msg, op.session_id, sign)], encrypt).map(Some)
+        self.finish(vec![(msg, op.session_id, sign)], encrypt)
+            .map(Some)
     }
 
     /// The notification of an oplock or lease break granted on this connection: not
@@ -746,13 +747,18 @@ impl Connection {
                 ack_required,
                 current,
                 new,
-            } => encode_lease_break_notification(&mut body, &key, epoch, ack_required, current, new),
+            } => {
+                encode_lease_break_notification(&mut body, &key, epoch, ack_required, current, new)
+            }
         }
         let mut msg = Vec::with_capacity(HEADER_LEN + body.len());
         rh.encode(&mut msg);
         msg.extend_from_slice(&body);
-        self.finish(vec![(msg, notice.session_id, false)], seal.then_some(notice.session_id))
-            .map(Some)
+        self.finish(
+            vec![(msg, notice.session_id, false)],
+            seal.then_some(notice.session_id),
+        )
+        .map(Some)
     }
 
     /// The final (async) response of a pending operation.

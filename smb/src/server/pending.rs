@@ -82,10 +82,10 @@ impl PendingOp {
                 Err(crate::share_mode::LockError::NotGranted) => None,
                 Err(e) => Some(e.nt_status()),
             },
-            Wait::Breaks { share, inode } => (!share
-                .oplocks()
-                .breaking(*inode, std::time::Instant::now()))
-            .then_some(crate::proto::status::SUCCESS),
+            Wait::Breaks { share, inode } => {
+                (!share.oplocks().breaking(*inode, std::time::Instant::now()))
+                    .then_some(crate::proto::status::SUCCESS)
+            }
         }
     }
 

@@ -14,9 +14,12 @@
 #   SMB_NFILES     files created, renamed and deleted (default 1000)
 #   SMB_EXPECT_SIZE_KIB  if set, `df` must report this size (the share quota)
 #   SMB_WORKDIR    scratch directory created in the share (default: random)
+#   SMB_METRICS_URL  Quarry's /metrics (e.g. http://10.0.2.2:8080/metrics): adds the
+#                  check that re-reading the big file is served from the client's
+#                  cache (its lease), with no READ reaching the server
 #
 # Check names: cifs.modules, cifs.<tag>.{mount,mount_opts,copy_in,remount,
-# copy_out,ls_l,create,rename,delete,df,cleanup,umount} where <tag> is the
+# copy_out,reread_cached,ls_l,create,rename,delete,df,cleanup,umount} where <tag> is the
 # option set with "vers=" dropped and "," turned into "+" (e.g. 3.1.1+seal).
 . /checks/common.sh
 
@@ -64,6 +67,20 @@ copy_out() {
     _got="$(sha256_of "$BACK")"
     rm -f "$BACK"
     [ "$_got" = "$SRC_SHA" ] || { echo "sha256 mismatch: got $_got want $SRC_SHA"; return 1; }
+}
+# READ requests the server has answered on the share (Quarry's per-share counter).
+server_reads() {
+    wget -q -O - "$SMB_METRICS_URL" | grep '^quarry_smb_operations_total{' |
+        grep "share=\"$SMB_SHARE\"" | grep 'op="read"' | awk '{s += $2} END {print s + 0}'
+}
+# With a read-caching lease the second read of the file never reaches the server.
+reread_cached() {
+    cat "$MNT/$SMB_WORKDIR/big.bin" >/dev/null || return 1
+    _before="$(server_reads)" || return 1
+    cat "$MNT/$SMB_WORKDIR/big.bin" >/dev/null || return 1
+    _after="$(server_reads)" || return 1
+    echo "server READs: $_before before the re-read, $_after after"
+    [ "$_before" -gt 0 ] && [ "$_after" = "$_before" ]
 }
 ls_l() {
     _line="$(ls -l "$MNT/$SMB_WORKDIR/big.bin")" || return 1
@@ -151,6 +168,10 @@ for opts in $SMB_MOUNTS; do
         pass "$p.copy_out" "secs=$s MB/s=$(awk -v b="$SRC_BYTES" -v s="$s" 'BEGIN{printf "%.1f", (s > 0) ? b / s / 1e6 : 0}') sha256=$SRC_SHA"
     else
         fail "$p.copy_out" "secs=$(since "$t0") $out"
+    fi
+    if [ -n "${SMB_METRICS_URL:-}" ]; then
+        out="$(reread_cached 2>&1)"
+        if [ $? -eq 0 ]; then pass "$p.reread_cached" "$out"; else fail "$p.reread_cached" "$out"; fi
     fi
     run_step "$p.ls_l" ls_l
     run_step "$p.create" create_files && run_step "$p.rename" rename_files && run_step "$p.delete" delete_files

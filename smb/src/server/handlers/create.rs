@@ -1,12 +1,12 @@
 //! CREATE and CLOSE (MS-SMB2 3.3.5.9, 3.3.5.10): access mapping, read-only shares,
 //! delete-on-close, MxAc/QFid create contexts, named pipes on IPC$.
 
+use crate::oplock::{Holder, OpenImpact, Want};
 use crate::proto::create::{
     encode_close_response, mxac_response, qfid_response, CloseRequest, CreateRequest,
     CreateResponse, CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_MXAC, CTX_QFID, FILE_DELETE_ON_CLOSE,
     FILE_OPENED,
 };
-use crate::oplock::{Holder, OpenImpact, Want};
 use crate::proto::negotiate::DIALECT_210;
 use crate::proto::oplock::{
     lease_response, LeaseRequest, CTX_LEASE, OPLOCK_LEVEL_BATCH, OPLOCK_LEVEL_EXCLUSIVE,
@@ -83,7 +83,7 @@ fn new_file_id(conn: &mut Connection) -> FileId {
 
 /// Access bits that neither read nor change data: opens asking only for these break no
 /// oplock or lease.
-const ATTRIBUTE_ACCESS: u32 = 0x0000_0080 | 0x0000_0100 | 0x0002_0000 | 0x0010_0000;
+const ATTRIBUTE_ACCESS: u32 = 0x0000_0080 | 0x0000_0100 | 0x0010_0000;
 
 /// The lease request of a CREATE, when it asks for one and the dialect has leases.
 fn lease_request(conn: &Connection, req: &CreateRequest<'_>) -> Option<LeaseRequest> {
@@ -105,7 +105,9 @@ fn wanted_caching(conn: &Connection, req: &CreateRequest<'_>) -> Want {
         };
     }
     match req.oplock_level {
-        OPLOCK_LEVEL_II | OPLOCK_LEVEL_EXCLUSIVE | OPLOCK_LEVEL_BATCH => Want::Oplock(req.oplock_level),
+        OPLOCK_LEVEL_II | OPLOCK_LEVEL_EXCLUSIVE | OPLOCK_LEVEL_BATCH => {
+            Want::Oplock(req.oplock_level)
+        }
         _ => Want::Nothing,
     }
 }
@@ -161,7 +163,12 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     {
         return Err(status::ACCESS_DENIED);
     }
-    let want = wanted_caching(conn, &req);
+    let attributes_only = access & !ATTRIBUTE_ACCESS == 0;
+    let want = match wanted_caching(conn, &req) {
+        // Stat opens get no oplock (MS-FSA); leases are still granted to them.
+        Want::Oplock(_) if attributes_only => Want::Nothing,
+        w => w,
+    };
     let lease_key = match want {
         Want::Lease { key, .. } => Some(key),
         _ => None,
@@ -204,7 +211,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
             let impact = OpenImpact {
                 truncates,
                 share_conflict: share_state.modes().conflicts(inode, mode),
-                attributes_only: access & !ATTRIBUTE_ACCESS == 0,
+                attributes_only,
             };
             let now = std::time::Instant::now();
             let notices =

@@ -168,7 +168,7 @@ pub async fn flush(conn: &mut Connection, ctx: &mut Ctx<'_>, id: FileId) -> HRes
 pub async fn lock(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest) -> HResult {
     let open = super::open(conn, ctx, req.file_id)?;
     let share = open.share.clone().ok_or(status::INVALID_DEVICE_REQUEST)?;
-    let (inode, id) = (open.inode, open.file_id.volatile);
+    let (inode, id, lease_key) = (open.inode, open.file_id.volatile, open.lease_key);
     let elements = || req.locks.iter().map(|l| (l.offset, l.length, l.flags));
     // An unlock-first request is processed element by element (MS-SMB2 3.3.5.14.1): the
     // unlocks before a bad element stay done, and an unlock failure wins over the bad flag.
@@ -190,21 +190,27 @@ pub async fn lock(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest) ->
             .locks()
             .unlock(inode, id, &ranges)
             .map_err(|e| e.nt_status())?,
-        LockPlan::Lock { locks, blocking } => match share.locks().lock(inode, id, &locks) {
-            Ok(()) => {}
-            Err(LockError::NotGranted) if blocking => {
-                return Ok(Reply {
-                    wait: Some(Wait::Lock {
-                        share: share.clone(),
-                        inode,
-                        open: id,
-                        locks,
-                    }),
-                    ..Reply::default()
-                });
+        LockPlan::Lock { locks, blocking } => {
+            // Taking a byte-range lock breaks level II oplocks (the taker's own too) and
+            // other clients' read caching, as a write does.
+            share.break_for_write(inode, id, lease_key.as_ref());
+            let taken = share.locks().lock(inode, id, &locks);
+            match taken {
+                Ok(()) => {}
+                Err(LockError::NotGranted) if blocking => {
+                    return Ok(Reply {
+                        wait: Some(Wait::Lock {
+                            share: share.clone(),
+                            inode,
+                            open: id,
+                            locks,
+                        }),
+                        ..Reply::default()
+                    });
+                }
+                Err(e) => return Err(e.nt_status()),
             }
-            Err(e) => return Err(e.nt_status()),
-        },
+        }
     }
     let mut body = Vec::new();
     encode_empty_response(&mut body);

@@ -3,9 +3,9 @@
 use crate::auth::negotiate_security_blob;
 use crate::crypto::{Cipher, SigningAlgorithm};
 use crate::proto::negotiate::{
-    NegotiateContext, NegotiateRequest, NegotiateResponse, CAP_ENCRYPTION, CAP_LARGE_MTU, CAP_LEASING,
-    DIALECT_202, DIALECT_210, DIALECT_300, DIALECT_302, DIALECT_311, HASH_SHA512, SIGNING_ENABLED,
-    SIGNING_REQUIRED,
+    NegotiateContext, NegotiateRequest, NegotiateResponse, CAP_ENCRYPTION, CAP_LARGE_MTU,
+    CAP_LEASING, DIALECT_202, DIALECT_210, DIALECT_300, DIALECT_302, DIALECT_311, HASH_SHA512,
+    SIGNING_ENABLED, SIGNING_REQUIRED,
 };
 use crate::proto::status;
 
