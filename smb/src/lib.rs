@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod crypto;
+pub mod notify;
 pub mod oplock;
 pub mod proto;
 pub mod rpc;

@@ -7,6 +7,8 @@ pub const SUCCESS: u32 = 0x0000_0000;
 pub const PENDING: u32 = 0x0000_0103;
 /// Directory change notification: the buffer overflowed, rescan (MS-SMB2 3.3.4.4).
 pub const NOTIFY_ENUM_DIR: u32 = 0x0000_010C;
+/// STATUS_NOTIFY_CLEANUP: the watched handle was closed (or its session ended).
+pub const NOTIFY_CLEANUP: u32 = 0x0000_010B;
 /// The read or directory enumeration returned only part of the data.
 pub const BUFFER_OVERFLOW: u32 = 0x8000_0005;
 /// QUERY_DIRECTORY: no more entries.

@@ -249,6 +249,17 @@ async fn serve_frames(
             .min(INFLIGHT_BUDGET);
         let processed = conn.process(frame).await?;
         send_all(&out, processed.msgs).await?;
+        if conn.pending.iter().any(|p| p.is_notify()) {
+            // A change this request made completes a waiting CHANGE_NOTIFY before the
+            // next request can add more (clients expect one change per completion).
+            let (msgs, retries) = conn.poll_pending()?;
+            send_all(&out, msgs).await?;
+            for op in retries {
+                if let Some(msg) = conn.retry(op).await? {
+                    send_all(&out, vec![msg]).await?;
+                }
+            }
+        }
         if let Some(job) = processed.deferred {
             // A READ's response is as large as what it asked for: charge the larger of the
             // request and the header's credit charge (64 KiB per credit).
@@ -504,10 +515,10 @@ impl Connection {
                         false,
                     )
                 }
-                Some(super::pending::Wait::Breaks { .. }) => {
-                    (Reply::error(status::INSUFFICIENT_RESOURCES), signed_req)
+                Some(super::pending::Wait::Lock { .. }) => {
+                    (Reply::error(status::LOCK_NOT_GRANTED), signed_req)
                 }
-                Some(_) => (Reply::error(status::LOCK_NOT_GRANTED), signed_req),
+                Some(_) => (Reply::error(status::INSUFFICIENT_RESOURCES), signed_req),
                 None => (reply, signed_req),
             };
             let mut rh = hdr.response(reply.status);
@@ -658,19 +669,18 @@ impl Connection {
                 s.is_valid() && op.open_id().is_none_or(|id| s.opens.contains_key(&id))
             });
             let done = if open_alive {
-                op.poll()
-            } else if op.retries() {
-                Some(status::USER_SESSION_DELETED)
+                op.poll_body()
             } else {
-                Some(status::RANGE_NOT_LOCKED)
+                let st = op.orphan_status();
+                Some((st, op.final_body(st)))
             };
             match done {
-                Some(st) => {
+                Some((st, body)) => {
                     let op = self.pending.swap_remove(i);
                     if st == status::SUCCESS && op.retries() {
                         retries.push(op);
                     } else {
-                        out.push(self.complete(op, st)?);
+                        out.push(self.complete_with(op, st, body)?);
                     }
                 }
                 None => i += 1,
@@ -761,8 +771,19 @@ impl Connection {
         .map(Some)
     }
 
-    /// The final (async) response of a pending operation.
+    /// The final (async) response of a pending operation ending with `st` and no data.
     fn complete(&mut self, op: PendingOp, st: u32) -> Result<Vec<u8>, ConnError> {
+        let body = op.final_body(st);
+        self.complete_with(op, st, body)
+    }
+
+    /// The final (async) response of a pending operation, with `body` when it has one.
+    fn complete_with(
+        &mut self,
+        op: PendingOp,
+        st: u32,
+        body: Option<Vec<u8>>,
+    ) -> Result<Vec<u8>, ConnError> {
         let mut rh = op.hdr.response(st);
         rh.flags |= FLAG_ASYNC_COMMAND;
         rh.async_id = op.async_id;
@@ -770,10 +791,10 @@ impl Connection {
         rh.credits = 0;
         let mut msg = Vec::with_capacity(HEADER_LEN + 16);
         rh.encode(&mut msg);
-        if st == status::SUCCESS {
-            crate::proto::session::encode_empty_response(&mut msg);
-        } else {
-            crate::proto::io::encode_error_response(&mut msg);
+        match body {
+            Some(b) => msg.extend_from_slice(&b),
+            None if st == status::SUCCESS => crate::proto::session::encode_empty_response(&mut msg),
+            None => crate::proto::io::encode_error_response(&mut msg),
         }
         let sign = op.signed || self.session_requires_signing(op.session_id);
         let encrypt = op.encrypted.then_some(op.session_id);

@@ -179,13 +179,7 @@ pub async fn dispatch(conn: &mut Connection, ctx: &mut Ctx<'_>) -> Reply {
             Ok(Reply::ok(b))
         }
         Request::QueryDirectory(r) => handlers::dir::query_directory(conn, ctx, r).await,
-        Request::ChangeNotify(r) => match handlers::open(conn, ctx, r.file_id) {
-            // Validated like Windows (a file handle is INVALID_PARAMETER); watching itself is
-            // not implemented yet and is refused rather than left pending forever.
-            Ok(o) if !o.is_dir => Err(status::INVALID_PARAMETER),
-            Ok(_) => Err(status::NOT_SUPPORTED),
-            Err(st) => Err(st),
-        },
+        Request::ChangeNotify(r) => handlers::notify::change_notify(conn, ctx, r),
         Request::OplockBreak(ack) => handlers::oplock::acknowledge(conn, ctx, ack),
         Request::QueryInfo(r) => handlers::info::query_info(conn, ctx, r).await,
         Request::SetInfo(r) => handlers::info::set_info(conn, ctx, r).await,

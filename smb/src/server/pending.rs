@@ -30,6 +30,15 @@ pub enum Wait {
         /// The locks, all or nothing.
         locks: Vec<LockRequest>,
     },
+    /// A CHANGE_NOTIFY waiting for changes under its directory.
+    Notify {
+        /// The share whose watches hold it.
+        share: Arc<ShareState>,
+        /// The directory open (volatile id).
+        open: u64,
+        /// The client's OutputBufferLength.
+        max_output: u32,
+    },
     /// A CREATE waiting until the breaks it caused on a file are acknowledged (or time
     /// out); then it is dispatched again.
     Breaks {
@@ -64,14 +73,62 @@ impl PendingOp {
     /// The open this operation belongs to, if any.
     pub fn open_id(&self) -> Option<u64> {
         match &self.wait {
-            Wait::Lock { open, .. } => Some(*open),
+            Wait::Lock { open, .. } | Wait::Notify { open, .. } => Some(*open),
             Wait::Breaks { .. } => None,
         }
+    }
+
+    /// The status an operation ends with when its open or session goes away.
+    pub fn orphan_status(&self) -> u32 {
+        match self.wait {
+            Wait::Lock { .. } => crate::proto::status::RANGE_NOT_LOCKED,
+            Wait::Notify { .. } => crate::proto::status::NOTIFY_CLEANUP,
+            Wait::Breaks { .. } => crate::proto::status::USER_SESSION_DELETED,
+        }
+    }
+
+    /// The response body a final `status` carries when it is not an error: a CHANGE_NOTIFY
+    /// answers even cleanup and enumerate-directory with an (empty) notify response.
+    pub fn final_body(&self, status: u32) -> Option<Vec<u8>> {
+        match self.wait {
+            Wait::Notify { .. } if status >> 30 != 3 => {
+                Some(crate::notify::encode_notify_response(&[]))
+            }
+            _ => None,
+        }
+    }
+
+    /// Tries to complete: `Some((status, body))` when done (`body` for a CHANGE_NOTIFY's
+    /// changes).
+    pub fn poll_body(&self) -> Option<(u32, Option<Vec<u8>>)> {
+        if let Wait::Notify {
+            share,
+            open,
+            max_output,
+        } = &self.wait
+        {
+            return share
+                .with_notify(|h| h.take(*open, *max_output))
+                .map(|c| match c {
+                    crate::notify::Collected::Changes(list) => (
+                        crate::proto::status::SUCCESS,
+                        Some(crate::notify::encode_notify_response(
+                            &crate::notify::encode_changes(&list),
+                        )),
+                    ),
+                    crate::notify::Collected::Overflow => (
+                        crate::proto::status::NOTIFY_ENUM_DIR,
+                        Some(crate::notify::encode_notify_response(&[])),
+                    ),
+                });
+        }
+        self.poll().map(|st| (st, None))
     }
 
     /// Tries to complete: `Some(status)` when done.
     pub fn poll(&self) -> Option<u32> {
         match &self.wait {
+            Wait::Notify { .. } => None,
             Wait::Lock {
                 share,
                 inode,
@@ -87,6 +144,11 @@ impl PendingOp {
                     .then_some(crate::proto::status::SUCCESS)
             }
         }
+    }
+
+    /// Whether this is a CHANGE_NOTIFY.
+    pub fn is_notify(&self) -> bool {
+        matches!(self.wait, Wait::Notify { .. })
     }
 
     /// Whether completing means running the request again (a CREATE after breaks).

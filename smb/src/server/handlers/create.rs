@@ -1,11 +1,12 @@
 //! CREATE and CLOSE (MS-SMB2 3.3.5.9, 3.3.5.10): access mapping, read-only shares,
 //! delete-on-close, MxAc/QFid create contexts, named pipes on IPC$.
 
+use crate::notify;
 use crate::oplock::{Holder, OpenImpact, Want};
 use crate::proto::create::{
     encode_close_response, mxac_response, qfid_response, CloseRequest, CreateRequest,
-    CreateResponse, CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_MXAC, CTX_QFID, FILE_DELETE_ON_CLOSE,
-    FILE_OPENED,
+    CreateResponse, CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_MXAC, CTX_QFID, FILE_CREATED,
+    FILE_DELETE_ON_CLOSE, FILE_OPENED, FILE_OVERWRITTEN, FILE_SUPERSEDED,
 };
 use crate::proto::negotiate::DIALECT_210;
 use crate::proto::oplock::{
@@ -324,6 +325,21 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         file_id,
         contexts,
     };
+    let created = opened.action.to_wire();
+    let name_filter = if opened.info.is_dir {
+        notify::FILTER_DIR_NAME
+    } else {
+        notify::FILTER_FILE_NAME
+    };
+    if created == FILE_CREATED {
+        share_state.record_change(&req.name, notify::ACTION_ADDED, name_filter);
+    } else if created == FILE_OVERWRITTEN || created == FILE_SUPERSEDED {
+        share_state.record_change(
+            &req.name,
+            notify::ACTION_MODIFIED,
+            notify::FILTER_SIZE | notify::FILTER_LAST_WRITE,
+        );
+    }
     let open = Open {
         file_id,
         tree_id: ctx.tree_id,
@@ -411,9 +427,16 @@ pub async fn close_open(o: Open) -> Result<(), u32> {
     let _waiters = share.locks().release_open(o.inode, id);
     share.oplocks().close(o.inode, id);
     let outcome = share.modes().close(o.inode, id);
+    share.with_notify(|h| h.remove(id));
     if outcome.delete_now {
         if let Some(f) = o.file {
             blocking(move || f.unlink()).await?;
+            let filter = if o.is_dir {
+                notify::FILTER_DIR_NAME
+            } else {
+                notify::FILTER_FILE_NAME
+            };
+            share.record_change(&o.path, notify::ACTION_REMOVED, filter);
         }
     }
     Ok(())

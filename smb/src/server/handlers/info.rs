@@ -1,6 +1,7 @@
 //! QUERY_INFO and SET_INFO (MS-SMB2 3.3.5.20, 3.3.5.21): file and file-system classes through
 //! the storage trait.
 
+use crate::notify;
 use crate::proto::fsinfo::{encode_fs_info, fs_min_output_len, FsFacts, FsSize};
 use crate::proto::info::{
     class, decode_disposition, decode_disposition_ex, decode_u64_info, encode_file_info,
@@ -118,11 +119,18 @@ pub async fn set_info(
         open.inode,
         open.file_id.volatile,
         open.lease_key,
+        open.path.clone(),
     );
     // Size changes make other clients' cached data stale: break their read caching.
-    let break_readers = move || {
-        if let (Some(share), inode, id, key) = &writer {
+    let break_readers = || {
+        if let (Some(share), inode, id, key, path) = &writer {
             share.break_for_write(*inode, *id, key.as_ref());
+            share.record_change(path, notify::ACTION_MODIFIED, notify::FILTER_SIZE);
+        }
+    };
+    let changed = |action: u32, filter: u32| {
+        if let (Some(share), _, _, _, path) = &writer {
+            share.record_change(path, action, filter);
         }
     };
     let need = |bits: u32| {
@@ -145,6 +153,10 @@ pub async fn set_info(
                 attributes: (b.attributes != 0).then_some(b.attributes),
             };
             blocking(move || f.set_basic_info(&change)).await?;
+            changed(
+                notify::ACTION_MODIFIED,
+                notify::FILTER_ATTRIBUTES | notify::FILTER_LAST_WRITE | notify::FILTER_CREATION,
+            );
         }
         class::RENAME | class::RENAME_EX => {
             need(DELETE)?;
@@ -167,6 +179,22 @@ pub async fn set_info(
             let t2 = target.clone();
             blocking(move || f.rename(&t2, r.replace_if_exists)).await?;
             share.modes().set_path(inode, id, &target);
+            let filter = if is_dir {
+                notify::FILTER_DIR_NAME
+            } else {
+                notify::FILTER_FILE_NAME
+            };
+            let parent = |p: &str| {
+                p.rfind('\\')
+                    .map_or(String::new(), |i| p[..i].to_lowercase())
+            };
+            if parent(&current) == parent(&target) {
+                share.record_change(&current, notify::ACTION_RENAMED_OLD_NAME, filter);
+                share.record_change(&target, notify::ACTION_RENAMED_NEW_NAME, filter);
+            } else {
+                share.record_change(&current, notify::ACTION_REMOVED, filter);
+                share.record_change(&target, notify::ACTION_ADDED, filter);
+            }
             if let Ok(o) = super::open(conn, ctx, req.file_id) {
                 o.path = target;
             }

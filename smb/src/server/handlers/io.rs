@@ -101,6 +101,11 @@ pub async fn write(conn: &mut Connection, ctx: &mut Ctx<'_>, req: WriteRequest<'
     check_io(open, req.offset, req.data.len() as u64, true)?;
     if let Some(share) = &open.share {
         share.break_for_write(open.inode, open.file_id.volatile, open.lease_key.as_ref());
+        share.record_change(
+            &open.path,
+            crate::notify::ACTION_MODIFIED,
+            crate::notify::FILTER_SIZE | crate::notify::FILTER_LAST_WRITE,
+        );
     }
     let f = file_of(open)?;
     let write_through = req.flags & WRITEFLAG_WRITE_THROUGH != 0 || open.mode & 0x2 != 0;

@@ -8,6 +8,7 @@ pub mod info;
 pub mod io;
 pub mod ioctl;
 pub mod negotiate;
+pub mod notify;
 pub mod oplock;
 pub mod pipe;
 pub mod session;
