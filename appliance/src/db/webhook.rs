@@ -105,12 +105,11 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
             _ => return Err("url port must be 1-65535".into()),
         },
     };
-    let path = uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .filter(|p| p.starts_with('/'))
-        .unwrap_or("/")
-        .to_string();
+    let path = match uri.path_and_query().map(|p| p.as_str()) {
+        Some(p) if p.starts_with('/') => p.to_string(),
+        Some(p) if p.starts_with('?') => format!("/{p}"),
+        _ => "/".to_string(),
+    };
     Ok(Target {
         https,
         host,
@@ -246,6 +245,7 @@ mod tests {
             ("::1", 443, "/")
         );
         assert_eq!(parse_url("http://example.com").unwrap().port, 80);
+        assert_eq!(parse_url("http://example.com?a=b").unwrap().path, "/?a=b");
         for bad in [
             "",
             "ftp://example.com/",
