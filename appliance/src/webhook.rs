@@ -501,4 +501,45 @@ mod tests {
         assert_eq!(last.event_id, 7);
         assert!(last.error.unwrap().contains("connecting"));
     }
+
+    #[tokio::test]
+    async fn https_checks_the_receivers_certificate() {
+        // A TLS receiver with a self-signed certificate, which no compiled-in root signs.
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let _ = acceptor.accept(tcp).await;
+            }
+        });
+        let target = parse_url(&format!("https://localhost:{port}/hook")).unwrap();
+        let err = post(
+            &target,
+            Bytes::from_static(b"{}"),
+            None,
+            "x",
+            &tls_connector().unwrap(),
+        )
+        .await
+        .unwrap_err();
+        assert!(err.starts_with("TLS with"), "{err}");
+        assert!(err.contains("certificate"), "{err}");
+    }
 }
