@@ -20,3 +20,4 @@ pub mod system;
 pub mod telemetry;
 pub mod tls;
 pub mod ui;
+pub mod webhook;

@@ -116,6 +116,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let db = Db::open(&data.join(DB_FILE))
         .with_context(|| format!("opening {}", data.join(DB_FILE).display()))?;
     ensure_admin(&db, &data)?;
+    // The webhook hears events from here on, those of the pool import included; they
+    // wait in its queue until its task starts.
+    let webhook = Arc::new(crate::webhook::Webhook::default());
+    webhook.set_config(db.webhook().context("reading the webhook setting")?);
+    webhook.attach(&db);
     let pool =
         Arc::new(DirectoryPool::open(&data.join("pool")).context("opening the pool directory")?);
     {
@@ -152,6 +157,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .context("loading the TLS certificate (delete DATA/tls to generate a new one)")?
     };
     state.tls = Some(tls.clone());
+    state.webhook = webhook;
+    state.webhook.attach(&db);
     state
         .nvme_ports
         .add(nvme, None, PortRole::Cli, args.nvme_advertise.clone())
@@ -223,6 +230,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tasks.spawn(watchdog(shutdown.clone()));
     tasks.spawn(crate::telemetry::sample_every_second(shutdown.clone()));
     tasks.spawn(crate::alerts::watch_quotas(state.clone(), shutdown.clone()));
+    tasks.spawn(crate::webhook::run(state.webhook.clone(), shutdown.clone()));
 
     if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
         tracing::warn!(error = %e, "telling systemd we are ready failed");

@@ -48,12 +48,17 @@ pub struct AppState {
     /// The HTTPS certificate (set by `serve` once loaded; `None` in tests that build the
     /// state without a data directory of their own).
     pub tls: Option<Arc<crate::tls::TlsStore>>,
+    /// The webhook's queue, configuration and last delivery (fed by the database's
+    /// event hook, delivered by `webhook::run`).
+    pub webhook: Arc<crate::webhook::Webhook>,
 }
 
 impl AppState {
     /// Builds the state over an opened database and pool.
     pub fn new(db: Db, pool: Arc<DirectoryPool>, data_dir: PathBuf) -> AppState {
         let (changes, _) = broadcast::channel(CHANGE_CHANNEL_CAPACITY);
+        let webhook = Arc::new(crate::webhook::Webhook::default());
+        webhook.attach(&db);
         AppState {
             db,
             pool,
@@ -63,6 +68,7 @@ impl AppState {
             login_limiter: Arc::new(LoginLimiter::default()),
             nvme_ports: Arc::new(NvmePorts::default()),
             tls: None,
+            webhook,
         }
     }
 

@@ -43,7 +43,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         volumes::create, volumes::list, volumes::get, volumes::resize, volumes::delete,
         nvme::create, nvme::list, nvme::get, nvme::update, nvme::delete, nvme::add_namespace, nvme::remove_namespace,
         system::sessions, system::disconnect, system::pool, system::audit,
-        events::list, events::ack,
+        events::list, events::ack, events::webhook_get, events::webhook_put, events::webhook_delete,
         nvme_listeners::list, nvme_listeners::create, nvme_listeners::delete,
         pool::create, pool::add_device, pool::remove_device, pool::replace, pool::scrub,
         pool::devices, pool::jobs, pool::job,
@@ -169,6 +169,12 @@ pub fn router(state: AppState) -> Router {
         .route("/system/tls", get(tls::get).put(tls::replace))
         .route("/events", get(events::list))
         .route("/events/{id}/ack", post(events::ack))
+        .route(
+            "/events/webhook",
+            get(events::webhook_get)
+                .put(events::webhook_put)
+                .delete(events::webhook_delete),
+        )
         .route("/telemetry", get(crate::telemetry::report))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found);

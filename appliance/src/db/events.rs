@@ -99,20 +99,44 @@ fn cut(message: &str) -> String {
     format!("{}…", &message[..end])
 }
 
+/// Columns [`event_row`] reads, in order.
+const COLUMNS: &str = "id, at, severity, kind, subject, message, acked_at, acked_by, resolved_at";
+
+fn event_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
+    let severity: String = r.get(2)?;
+    let acked_at: Option<i64> = r.get(6)?;
+    let resolved_at: Option<i64> = r.get(8)?;
+    Ok(Event {
+        id: r.get(0)?,
+        at: rfc3339(r.get(1)?),
+        severity: Severity::parse(&severity),
+        kind: r.get(3)?,
+        subject: r.get(4)?,
+        message: r.get(5)?,
+        acked: acked_at.is_some(),
+        acked_by: r.get(7)?,
+        acked_at: acked_at.map(rfc3339),
+        resolved_at: resolved_at.map(rfc3339),
+    })
+}
+
 fn insert(
     conn: &rusqlite::Connection,
     severity: Severity,
     kind: &str,
     subject: &str,
     message: &str,
-) -> DbResult<i64> {
-    conn.execute(
-        "INSERT INTO events(at, severity, kind, subject, message) VALUES (?1, ?2, ?3, ?4, ?5)",
+) -> DbResult<Event> {
+    let event = conn.query_row(
+        &format!(
+            "INSERT INTO events(at, severity, kind, subject, message) VALUES (?1, ?2, ?3, ?4, ?5)
+             RETURNING {COLUMNS}"
+        ),
         params![now(), severity.as_str(), kind, cut(subject), cut(message)],
+        event_row,
     )?;
-    let id = conn.last_insert_rowid();
-    conn.execute("DELETE FROM events WHERE id <= ?1", [id - MAX_KEPT])?;
-    Ok(id)
+    conn.execute("DELETE FROM events WHERE id <= ?1", [event.id - MAX_KEPT])?;
+    Ok(event)
 }
 
 impl Db {
@@ -124,7 +148,9 @@ impl Db {
         subject: &str,
         message: &str,
     ) -> DbResult<i64> {
-        insert(&self.lock(), severity, kind, subject, message)
+        let event = insert(&self.lock(), severity, kind, subject, message)?;
+        self.announce(std::slice::from_ref(&event));
+        Ok(event.id)
     }
 
     /// Raises a condition event unless one with the same kind and subject is still open;
@@ -136,32 +162,43 @@ impl Db {
         subject: &str,
         message: &str,
     ) -> DbResult<Option<i64>> {
-        let mut conn = self.lock();
-        let tx = conn.transaction()?;
-        let open: Option<i64> = tx
-            .query_row(
-                "SELECT id FROM events WHERE kind = ?1 AND subject = ?2 AND resolved_at IS NULL
+        let event = {
+            let mut conn = self.lock();
+            let tx = conn.transaction()?;
+            let open: Option<i64> = tx
+                .query_row(
+                    "SELECT id FROM events WHERE kind = ?1 AND subject = ?2 AND resolved_at IS NULL
                  ORDER BY id DESC LIMIT 1",
-                params![kind, subject],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if open.is_some() {
-            return Ok(None);
-        }
-        let id = insert(&tx, severity, kind, subject, message)?;
-        tx.commit()?;
-        Ok(Some(id))
+                    params![kind, subject],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if open.is_some() {
+                return Ok(None);
+            }
+            let event = insert(&tx, severity, kind, subject, message)?;
+            tx.commit()?;
+            event
+        };
+        self.announce(std::slice::from_ref(&event));
+        Ok(Some(event.id))
     }
 
     /// Marks the open condition events of this kind and subject as cleared; returns how
     /// many were open.
     pub fn resolve_condition(&self, kind: &str, subject: &str) -> DbResult<usize> {
-        let conn = self.lock();
-        Ok(conn.execute(
-            "UPDATE events SET resolved_at = ?1 WHERE kind = ?2 AND subject = ?3 AND resolved_at IS NULL",
-            params![now(), kind, subject],
-        )?)
+        let resolved = {
+            let conn = self.lock();
+            let mut stmt = conn.prepare(&format!(
+                "UPDATE events SET resolved_at = ?1
+                 WHERE kind = ?2 AND subject = ?3 AND resolved_at IS NULL
+                 RETURNING {COLUMNS}"
+            ))?;
+            let rows = stmt.query_map(params![now(), kind, subject], event_row)?;
+            rows.collect::<Result<Vec<_>, _>>()?
+        };
+        self.announce(&resolved);
+        Ok(resolved.len())
     }
 
     /// Newest events first, at most `limit` (capped at [`MAX_PAGE`]), older than
@@ -174,13 +211,13 @@ impl Db {
     ) -> DbResult<Vec<Event>> {
         let min_rank = filter.min_severity.unwrap_or(Severity::Info) as i64;
         let conn = self.lock();
-        let mut stmt = conn.prepare(
-            "SELECT id, at, severity, kind, subject, message, acked_at, acked_by, resolved_at
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {COLUMNS}
              FROM events
              WHERE id < ?1 AND (?2 = 0 OR acked_at IS NULL)
                AND (CASE severity WHEN 'critical' THEN 2 WHEN 'warning' THEN 1 ELSE 0 END) >= ?3
-             ORDER BY id DESC LIMIT ?4",
-        )?;
+             ORDER BY id DESC LIMIT ?4"
+        ))?;
         let rows = stmt.query_map(
             params![
                 before.unwrap_or(i64::MAX),
@@ -188,23 +225,7 @@ impl Db {
                 min_rank,
                 limit.min(MAX_PAGE)
             ],
-            |r| {
-                let severity: String = r.get(2)?;
-                let acked_at: Option<i64> = r.get(6)?;
-                let resolved_at: Option<i64> = r.get(8)?;
-                Ok(Event {
-                    id: r.get(0)?,
-                    at: rfc3339(r.get(1)?),
-                    severity: Severity::parse(&severity),
-                    kind: r.get(3)?,
-                    subject: r.get(4)?,
-                    message: r.get(5)?,
-                    acked: acked_at.is_some(),
-                    acked_by: r.get(7)?,
-                    acked_at: acked_at.map(rfc3339),
-                    resolved_at: resolved_at.map(rfc3339),
-                })
-            },
+            event_row,
         )?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
@@ -331,6 +352,41 @@ mod tests {
         ));
         let audit = db.audit(10, None).unwrap();
         assert_eq!(audit[0].action, "event.ack");
+    }
+
+    #[test]
+    fn hook_hears_raised_and_resolved_events_once() {
+        use std::sync::{Arc, Mutex};
+        let db = Db::open_in_memory().unwrap();
+        let heard: Arc<Mutex<Vec<(i64, String, bool)>>> = Arc::default();
+        let sink = heard.clone();
+        db.set_event_hook(Arc::new(move |e: &Event| {
+            sink.lock()
+                .unwrap()
+                .push((e.id, e.kind.clone(), e.resolved_at.is_some()))
+        }));
+        let one = db
+            .raise_event(Severity::Warning, "auth.failed", "bob", "bad password")
+            .unwrap();
+        let cond = db
+            .raise_condition(Severity::Critical, "pool.failed", "pool", "gone")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            db.raise_condition(Severity::Critical, "pool.failed", "pool", "gone")
+                .unwrap(),
+            None
+        );
+        assert_eq!(db.resolve_condition("pool.failed", "pool").unwrap(), 1);
+        assert_eq!(db.resolve_condition("pool.failed", "pool").unwrap(), 0);
+        assert_eq!(
+            *heard.lock().unwrap(),
+            vec![
+                (one, "auth.failed".to_string(), false),
+                (cond, "pool.failed".to_string(), false),
+                (cond, "pool.failed".to_string(), true),
+            ]
+        );
     }
 
     #[test]

@@ -17,9 +17,10 @@ pub mod snapshots;
 pub mod tokens;
 pub mod users;
 pub mod volumes;
+pub mod webhook;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use rusqlite::{Connection, Transaction};
@@ -97,10 +98,16 @@ pub fn is_safe_name(name: &str, max: usize) -> bool {
 /// Result alias for database calls.
 pub type DbResult<T> = Result<T, DbError>;
 
+/// Called after an event is raised or resolved (see [`Db::set_event_hook`]). It runs on
+/// the thread that raised the event, after the change committed and the connection was
+/// released, so it must return at once (the webhook only queues the event).
+pub type EventHook = Arc<dyn Fn(&events::Event) + Send + Sync>;
+
 /// A cheap-to-clone handle to the config database.
 #[derive(Clone)]
 pub struct Db {
     conn: Arc<Mutex<Connection>>,
+    event_hook: Arc<RwLock<Option<EventHook>>>,
 }
 
 /// Current time as Unix seconds.
@@ -144,6 +151,7 @@ impl Db {
         migrations::migrate(&mut conn)?;
         Ok(Db {
             conn: Arc::new(Mutex::new(conn)),
+            event_hook: Arc::new(RwLock::new(None)),
         })
     }
 
@@ -153,6 +161,30 @@ impl Db {
         self.conn
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Sets the function told about every event raised or resolved from now on (the
+    /// webhook's queue), replacing any earlier one.
+    pub fn set_event_hook(&self, hook: EventHook) {
+        *self
+            .event_hook
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(hook);
+    }
+
+    /// Tells the hook, if any, about events that were just raised or resolved. Call it
+    /// after the change committed and without holding the connection.
+    pub(crate) fn announce(&self, events: &[events::Event]) {
+        let hook = self
+            .event_hook
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        if let Some(hook) = hook {
+            for event in events {
+                hook(event);
+            }
+        }
     }
 
     /// Runs `f` on a blocking thread so async callers never stall the reactor.
