@@ -1,7 +1,8 @@
 //! `quarry-smb`: an SMB 2.0.2 – 3.1.1 server.
 //!
 //! Layers, bottom up: [`proto`] is the pure wire codec; [`auth`] and [`crypto`] are pure
-//! functions over bytes; [`share_mode`] is the pure open/lock conflict logic; [`server`]
+//! functions over bytes; [`share_mode`] is the pure open/lock conflict logic, [`oplock`]
+//! the pure oplock/lease grant and break logic, [`notify`] the CHANGE_NOTIFY watches; [`server`]
 //! holds connection/session/tree/open state and the tokio transport; [`vfs`] is the trait
 //! through which the server reaches storage (implemented by the appliance); [`rpc`] serves
 //! the `srvsvc` pipe on `IPC$`.
