@@ -1,6 +1,7 @@
 //! Feeds arbitrary bytes to every decoder a network client can reach before authentication
 //! succeeds or after: framing header, SMB1 NEGOTIATE upgrade, transform header, compound
-//! split, each command's request body, and the SET_INFO / IOCTL / CREATE payload parsers.
+//! split, each command's request body (OPLOCK_BREAK acknowledgments included), and the
+//! SET_INFO / IOCTL / CREATE payload parsers (the lease create context among them).
 //! Any panic, overflow or out-of-bounds access is a bug. Seeds: `smb/fuzz/seeds/` (messages
 //! captured from smbclient, impacket and smbprotocol against quarry).
 #![no_main]
@@ -10,6 +11,7 @@ use quarry_smb::proto::create::decode_create_contexts;
 use quarry_smb::proto::framing::parse_frame_header;
 use quarry_smb::proto::info::{BasicInfo, RenameInfo};
 use quarry_smb::proto::ioctl::ValidateNegotiateInfo;
+use quarry_smb::proto::oplock::{LeaseRequest, CTX_LEASE};
 use quarry_smb::proto::request::split_compound;
 use quarry_smb::proto::transform::{is_transform, TransformHeader};
 use quarry_smb::proto::{smb1, Header, Request};
@@ -30,11 +32,15 @@ fuzz_target!(|data: &[u8]| {
     let _ = RenameInfo::decode(data);
     let _ = BasicInfo::decode(data);
     let _ = ValidateNegotiateInfo::decode(data);
+    let _ = LeaseRequest::decode(data);
     if let Ok(parts) = split_compound(data) {
         for p in parts {
             if let Ok(h) = Header::decode(p) {
                 if let Ok(Request::Create(c)) = Request::decode(&h, p) {
                     let _ = c.context(b"MxAc");
+                    if let Some(l) = c.context(CTX_LEASE) {
+                        let _ = LeaseRequest::decode(l.data);
+                    }
                 }
             }
         }
