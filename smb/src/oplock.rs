@@ -106,9 +106,13 @@ pub struct OpenImpact {
     /// The open would fail the share-mode check against the opens now present: handle
     /// caching is broken so that clients close handles they only keep cached.
     pub share_conflict: bool,
-    /// The open asks for attributes, synchronisation or the security descriptor only:
-    /// it breaks nothing (MS-FSA: such opens do not break oplocks).
+    /// The open asks for attributes or synchronisation only: it breaks no oplock
+    /// (MS-FSA stat opens).
     pub attributes_only: bool,
+    /// The open asks for attributes, synchronisation or reading the security descriptor
+    /// only: it breaks no lease (Windows counts READ_CONTROL as a stat open for leases,
+    /// not for oplocks).
+    pub lease_stat_open: bool,
 }
 
 /// Why an acknowledgment was refused, as the NTSTATUS to answer.
@@ -269,14 +273,19 @@ impl<S: Clone> OplockTable<S> {
         impact: OpenImpact,
         now: Instant,
     ) -> Vec<(S, BreakNotice)> {
-        if impact.attributes_only && !impact.truncates {
-            return Vec::new();
-        }
         let timeout = self.timeout;
         let mut out = Vec::new();
         if let Some(list) = self.files.get_mut(&file) {
             for e in list.iter_mut() {
                 if key.is_some() && e.key.as_ref() == key {
+                    continue;
+                }
+                let stat_open = if e.is_oplock() {
+                    impact.attributes_only
+                } else {
+                    impact.lease_stat_open
+                };
+                if stat_open && !impact.truncates {
                     continue;
                 }
                 let mut target = e.target();
@@ -699,6 +708,7 @@ mod tests {
         );
         let stat = OpenImpact {
             attributes_only: true,
+            lease_stat_open: true,
             ..OpenImpact::default()
         };
         assert!(t.break_for_open(5, None, stat, now).is_empty());

@@ -82,6 +82,8 @@ fn new_file_id(conn: &mut Connection) -> FileId {
     }
 }
 
+/// READ_CONTROL.
+const READ_CONTROL: u32 = 0x0002_0000;
 /// Access bits that neither read nor change data: opens asking only for these break no
 /// oplock or lease.
 const ATTRIBUTE_ACCESS: u32 = 0x0000_0080 | 0x0000_0100 | 0x0010_0000;
@@ -213,6 +215,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
                 truncates,
                 share_conflict: share_state.modes().conflicts(inode, mode),
                 attributes_only,
+                lease_stat_open: access & !(ATTRIBUTE_ACCESS | READ_CONTROL) == 0,
             };
             let now = std::time::Instant::now();
             let notices =
