@@ -29,9 +29,9 @@ ARTIFACTS=${WEBUI_ARTIFACTS:-$TARGET/webui-artifacts}
 rm -rf "$ARTIFACTS"
 mkdir -p "$ARTIFACTS"
 
-read -r HTTP SMB NVME < <(python3 -c '
+read -r HTTP SMB NVME HTTPS < <(python3 -c '
 import socket
-socks = [socket.socket() for _ in range(3)]
+socks = [socket.socket() for _ in range(4)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in socks])')
 DATA=$(mktemp -d)
@@ -44,7 +44,7 @@ trap cleanup EXIT
 
 export QUARRY_ADMIN_PASSWORD=webui-admin-secret
 "$BIN" serve --data "$DATA/data" --http-listen "127.0.0.1:$HTTP" --smb-listen "127.0.0.1:$SMB" \
-    --nvme-listen "127.0.0.1:$NVME" >"$ARTIFACTS/quarry.log" 2>&1 &
+    --nvme-listen "127.0.0.1:$NVME" --https-listen "127.0.0.1:$HTTPS" >"$ARTIFACTS/quarry.log" 2>&1 &
 PID=$!
 for _ in $(seq 100); do
     curl -fs "http://127.0.0.1:$HTTP/api/v1/health" >/dev/null && break

@@ -275,6 +275,22 @@ async function main() {
     }
     await shot(page, "08-events");
 
+    // Edit a share's access from its row: read-only, one user; the REST API agrees.
+    await page.goto(BASE + "/ui/shares");
+    const arow = page.locator(`tr[data-share="${SHARE}"]`);
+    await arow.locator("details.edit-access summary").click();
+    const aform = arow.locator("form.access-form");
+    await aform.locator('input[name="users"]').fill(SMB_USER);
+    await aform.locator('input[name="read_only"]').check();
+    await aform.locator('button[type="submit"]').click();
+    await page.waitForURL(BASE + "/ui/shares");
+    const edited = (await apiJson(admin, "/api/v1/shares")).find(s => s.name === SHARE);
+    check(edited !== undefined && edited.read_only === true && edited.users.length === 1 &&
+      edited.users[0].toLowerCase() === SMB_USER.toLowerCase(),
+      `editing access sets read-only and the user list (${JSON.stringify(edited && { ro: edited.read_only, users: edited.users })})`);
+    check(await page.locator(`tr[data-share="${SHARE}"] .badge:has-text("read-only")`).count() === 1,
+      "the shares page shows the share read-only");
+
     // The read-only pages render for an admin.
     for (const [path, name] of [["/ui/pool", "09-pool"], ["/ui/volumes", "10-volumes"],
       ["/ui/snapshots", "11-snapshots"], ["/ui/tokens", "12-tokens"]]) {
@@ -323,6 +339,7 @@ async function main() {
       ["/ui/shares", { csrf, name: "evil" }],
       [`/ui/shares/${SHARE}/delete`, { csrf }],
       [`/ui/shares/${SHARE}/quota`, { csrf, quota: "1 MiB" }],
+      [`/ui/shares/${SHARE}/access`, { csrf, users: "" }],
       ["/ui/users", { csrf, name: "evil", password: "evil-evil-evil", role: "admin" }],
       [`/ui/users/${SMB_USER}/delete`, { csrf }],
       ["/ui/sessions/1/disconnect", { csrf }],
@@ -334,7 +351,8 @@ async function main() {
     }
     const shares = await apiJson(admin, "/api/v1/shares");
     const share = shares.find(s => s.name === SHARE);
-    check(shares.every(s => s.name !== "evil") && share && share.quota_bytes === 200 << 20,
+    check(shares.every(s => s.name !== "evil") && share && share.quota_bytes === 200 << 20 &&
+      share.read_only === true && share.users.length === 1,
       "the viewer's forged posts changed nothing");
     await vctx.close();
 

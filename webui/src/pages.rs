@@ -203,6 +203,8 @@ pub struct ShareRow {
     pub read_only: bool,
     /// Encryption required.
     pub encrypt: bool,
+    /// Guests may connect.
+    pub guest_ok: bool,
     /// Allowed users, comma-separated (`""`: every user).
     pub users: String,
     /// UNC path.

@@ -201,6 +201,36 @@ pub async fn share_quota(
     .await
 }
 
+/// `POST /ui/shares/{name}/access`: sets who may use the share and how (`users`,
+/// `read_only`, `encrypt`, `guest_ok`).
+pub async fn share_access(
+    State(state): State<AppState>,
+    Session(auth): Session,
+    ApiPath(name): ApiPath<String>,
+    body: Bytes,
+) -> Response {
+    let (st, au) = (state.clone(), auth.clone());
+    submit(
+        &state,
+        &auth,
+        &body,
+        Page::Shares,
+        "/ui/shares",
+        |f| async move {
+            let req = shares::UpdateShare {
+                quota_bytes: None,
+                read_only: Some(f.flag("read_only")),
+                encrypt: Some(f.flag("encrypt")),
+                guest_ok: Some(f.flag("guest_ok")),
+                users: Some(split_list(&f.text("users"))),
+                comment: None,
+            };
+            shares::update(State(st), au, ApiPath(name), ApiJson(req)).await
+        },
+    )
+    .await
+}
+
 /// `POST /ui/shares/{name}/delete`: deletes the share and its files.
 pub async fn share_delete(
     State(state): State<AppState>,

@@ -37,6 +37,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/logout", post(actions::logout))
         .route("/ui/shares", show(Page::Shares).post(actions::share_create))
         .route("/ui/shares/{name}/quota", post(actions::share_quota))
+        .route("/ui/shares/{name}/access", post(actions::share_access))
         .route("/ui/shares/{name}/delete", post(actions::share_delete))
         .route("/ui/users", show(Page::Users).post(actions::user_create))
         .route("/ui/users/{name}/delete", post(actions::user_delete))

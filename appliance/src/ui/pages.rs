@@ -279,6 +279,7 @@ async fn shares_page(
                 bar_high: bar_max / 10 * 9,
                 read_only: s.read_only,
                 encrypt: s.encrypt,
+                guest_ok: s.guest_ok,
                 users: s.users.join(", "),
                 unc: s.unc,
                 comment: s.comment,
