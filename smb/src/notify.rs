@@ -49,6 +49,8 @@ pub enum Collected {
     Changes(Vec<(u32, String)>),
     /// Too many to report (or more than the client's buffer): re-enumerate.
     Overflow,
+    /// The watched directory is being deleted (STATUS_DELETE_PENDING).
+    DeletePending,
 }
 
 #[derive(Debug, Clone)]
@@ -63,6 +65,7 @@ struct Watch {
     changes: Vec<(u32, String)>,
     bytes: usize,
     overflow: bool,
+    deleted: bool,
 }
 
 /// Share-relative path in the form watches compare: `\`-separated, lower case, trimmed.
@@ -116,6 +119,7 @@ impl NotifyHub {
                 changes: Vec::new(),
                 bytes: 0,
                 overflow: false,
+                deleted: false,
             },
         );
         true
@@ -164,6 +168,9 @@ impl NotifyHub {
     /// not fit `max_output` bytes.
     pub fn take(&mut self, open: OpenId, max_output: u32) -> Option<Collected> {
         let w = self.watches.get_mut(&open)?;
+        if w.deleted {
+            return Some(Collected::DeletePending);
+        }
         if w.overflow {
             w.overflow = false;
             return Some(Collected::Overflow);
@@ -177,6 +184,17 @@ impl NotifyHub {
             return Some(Collected::Overflow);
         }
         Some(Collected::Changes(changes))
+    }
+
+    /// Marks the watches of directory `dir` (share-relative) as watching a directory that
+    /// is being deleted: their notifies complete with STATUS_DELETE_PENDING.
+    pub fn directory_deleted(&mut self, dir: &str) {
+        let k = key(dir);
+        for w in self.watches.values_mut() {
+            if w.dir == k {
+                w.deleted = true;
+            }
+        }
     }
 
     /// Ends the watch of `open` (its CLOSE).
@@ -261,6 +279,8 @@ mod tests {
             )]))
         );
         assert_eq!(h.take(1, 4096), None);
+        h.directory_deleted("DIR");
+        assert_eq!(h.take(2, 4096), Some(Collected::DeletePending));
         h.remove(1);
         assert_eq!(h.take(1, 4096), None);
     }

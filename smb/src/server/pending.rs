@@ -120,6 +120,9 @@ impl PendingOp {
                         crate::proto::status::NOTIFY_ENUM_DIR,
                         Some(crate::notify::encode_notify_response(&[])),
                     ),
+                    crate::notify::Collected::DeletePending => {
+                        (crate::proto::status::DELETE_PENDING, None)
+                    }
                 });
         }
         self.poll().map(|st| (st, None))

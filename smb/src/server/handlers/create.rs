@@ -429,8 +429,18 @@ pub async fn close_open(o: Open) -> Result<(), u32> {
     let id = o.file_id.volatile;
     let _waiters = share.locks().release_open(o.inode, id);
     share.oplocks().close(o.inode, id);
-    let outcome = share.modes().close(o.inode, id);
-    share.with_notify(|h| h.remove(id));
+    let (outcome, pending) = {
+        let mut modes = share.modes();
+        let outcome = modes.close(o.inode, id);
+        let pending = modes.is_delete_pending(o.inode);
+        (outcome, pending)
+    };
+    share.with_notify(|h| {
+        h.remove(id);
+        if o.is_dir && (outcome.delete_now || pending) {
+            h.directory_deleted(&o.path);
+        }
+    });
     if outcome.delete_now {
         if let Some(f) = o.file {
             blocking(move || f.unlink()).await?;

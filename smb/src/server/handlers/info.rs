@@ -206,6 +206,7 @@ pub async fn set_info(
                 decode_disposition_ex(req.buffer).map_err(bad)? & DISPOSITION_EX_DELETE != 0
             };
             let (inode, id) = (open.inode, open.file_id.volatile);
+            let (is_dir, dir_path) = (open.is_dir, open.path.clone());
             let share = super::tree(conn, ctx)?
                 .share_state()
                 .ok_or(status::INVALID_DEVICE_REQUEST)?;
@@ -223,6 +224,10 @@ pub async fn set_info(
                 need(DELETE)?;
             }
             share.modes().set_delete_pending(inode, id, del);
+            if del && is_dir {
+                let path = dir_path.clone();
+                share.with_notify(|h| h.directory_deleted(&path));
+            }
         }
         class::END_OF_FILE => {
             need(FILE_WRITE_DATA | FILE_APPEND_DATA)?;

@@ -53,6 +53,7 @@ pub fn change_notify(
             status::NOTIFY_ENUM_DIR,
             encode_notify_response(&[]),
         )),
+        Some(Collected::DeletePending) => Err(status::DELETE_PENDING),
         None => Ok(Reply {
             wait: Some(Wait::Notify {
                 share,
