@@ -291,6 +291,32 @@ async function main() {
     check(await page.locator(`tr[data-share="${SHARE}"] .badge:has-text("read-only")`).count() === 1,
       "the shares page shows the share read-only");
 
+    // Volumes: create, a refused size shows the API's problem, grow, delete.
+    await page.goto(BASE + "/ui/volumes");
+    await page.fill('#volume-form input[name="name"]', "vol1");
+    await page.fill('#volume-form input[name="size"]', "64 MiB");
+    await page.click('#volume-form button[type="submit"]');
+    await page.waitForURL(BASE + "/ui/volumes");
+    let vol = (await apiJson(admin, "/api/v1/volumes")).find(v => v.name === "vol1");
+    check(vol !== undefined && vol.size_bytes === 64 << 20, `the volume form creates vol1 of 64 MiB (${vol && vol.size_bytes})`);
+    await page.fill('#volume-form input[name="name"]', "vol2");
+    await page.fill('#volume-form input[name="size"]', "1000 bytes");
+    await page.click('#volume-form button[type="submit"]');
+    const vproblem = page.locator("#problem");
+    check(await vproblem.count() === 1 && /\S/.test(await vproblem.textContent()),
+      `a refused volume size shows the API's problem detail (${await vproblem.count() ? (await vproblem.textContent()).trim().slice(0, 80) : "none"})`);
+    check((await apiJson(admin, "/api/v1/volumes")).every(v => v.name !== "vol2"), "the refused volume was not created");
+    await page.goto(BASE + "/ui/volumes");
+    const vrow = page.locator('tr[data-volume="vol1"]');
+    await vrow.locator('input[name="size"]').fill("128 MiB");
+    await vrow.locator('button:has-text("Grow")').click();
+    await page.waitForURL(BASE + "/ui/volumes");
+    vol = (await apiJson(admin, "/api/v1/volumes")).find(v => v.name === "vol1");
+    check(vol !== undefined && vol.size_bytes === 128 << 20, `Grow makes vol1 128 MiB (${vol && vol.size_bytes})`);
+    await page.locator('tr[data-volume="vol1"] button:has-text("Delete")').click();
+    await page.waitForURL(BASE + "/ui/volumes");
+    check((await apiJson(admin, "/api/v1/volumes")).every(v => v.name !== "vol1"), "Delete removes vol1");
+
     // The read-only pages render for an admin.
     for (const [path, name] of [["/ui/pool", "09-pool"], ["/ui/volumes", "10-volumes"],
       ["/ui/snapshots", "11-snapshots"], ["/ui/tokens", "12-tokens"]]) {
@@ -340,6 +366,9 @@ async function main() {
       [`/ui/shares/${SHARE}/delete`, { csrf }],
       [`/ui/shares/${SHARE}/quota`, { csrf, quota: "1 MiB" }],
       [`/ui/shares/${SHARE}/access`, { csrf, users: "" }],
+      ["/ui/volumes", { csrf, name: "evil", size: "64 MiB" }],
+      ["/ui/volumes/vol1/resize", { csrf, size: "1 GiB" }],
+      ["/ui/volumes/vol1/delete", { csrf }],
       ["/ui/users", { csrf, name: "evil", password: "evil-evil-evil", role: "admin" }],
       [`/ui/users/${SMB_USER}/delete`, { csrf }],
       ["/ui/sessions/1/disconnect", { csrf }],

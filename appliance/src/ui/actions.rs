@@ -14,7 +14,7 @@ use super::{check_csrf, see_other, Fields, Session};
 use crate::api::auth::{Auth, RemoteAddr};
 use crate::api::extract::{ApiJson, ApiPath};
 use crate::api::problem::Problem;
-use crate::api::routes::{events, login as api_login, shares, system, users};
+use crate::api::routes::{events, login as api_login, shares, system, users, volumes};
 use crate::db::Role;
 use crate::state::AppState;
 
@@ -228,6 +228,73 @@ pub async fn share_access(
             shares::update(State(st), au, ApiPath(name), ApiJson(req)).await
         },
     )
+    .await
+}
+
+/// A required size field.
+fn required_size(fields: &Fields, key: &str) -> Result<u64, Problem> {
+    size_field(fields, key)?.ok_or_else(|| Problem::unprocessable(format!("{key}: required")))
+}
+
+/// `POST /ui/volumes`: creates a volume (`name`, `size`).
+pub async fn volume_create(
+    State(state): State<AppState>,
+    Session(auth): Session,
+    body: Bytes,
+) -> Response {
+    let (st, au) = (state.clone(), auth.clone());
+    submit(
+        &state,
+        &auth,
+        &body,
+        Page::Volumes,
+        "/ui/volumes",
+        |f| async move {
+            let req = volumes::CreateVolume {
+                name: f.text("name").trim().to_string(),
+                size_bytes: Some(required_size(&f, "size")?),
+                from_snapshot: None,
+            };
+            volumes::create(State(st), au, ApiJson(req)).await
+        },
+    )
+    .await
+}
+
+/// `POST /ui/volumes/{name}/resize`: grows a volume (`size`).
+pub async fn volume_resize(
+    State(state): State<AppState>,
+    Session(auth): Session,
+    ApiPath(name): ApiPath<String>,
+    body: Bytes,
+) -> Response {
+    let (st, au) = (state.clone(), auth.clone());
+    submit(
+        &state,
+        &auth,
+        &body,
+        Page::Volumes,
+        "/ui/volumes",
+        |f| async move {
+            let req = volumes::ResizeVolume {
+                size_bytes: required_size(&f, "size")?,
+            };
+            volumes::resize(State(st), au, ApiPath(name), ApiJson(req)).await
+        },
+    )
+    .await
+}
+
+/// `POST /ui/volumes/{name}/delete`: deletes a volume and its data.
+pub async fn volume_delete(
+    State(state): State<AppState>,
+    Session(auth): Session,
+    ApiPath(name): ApiPath<String>,
+    body: Bytes,
+) -> Response {
+    submit(&state, &auth, &body, Page::Volumes, "/ui/volumes", |_| {
+        volumes::delete(State(state.clone()), auth.clone(), ApiPath(name))
+    })
     .await
 }
 

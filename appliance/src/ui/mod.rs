@@ -46,7 +46,12 @@ pub fn router() -> Router<AppState> {
         .route("/ui/events", show(Page::Events))
         .route("/ui/events/{id}/ack", post(actions::ack))
         .route("/ui/pool", show(Page::Pool))
-        .route("/ui/volumes", show(Page::Volumes))
+        .route(
+            "/ui/volumes",
+            show(Page::Volumes).post(actions::volume_create),
+        )
+        .route("/ui/volumes/{name}/resize", post(actions::volume_resize))
+        .route("/ui/volumes/{name}/delete", post(actions::volume_delete))
         .route("/ui/snapshots", show(Page::Snapshots))
         .route("/ui/tokens", show(Page::Tokens))
         .route("/ui/static/app.css", get(css))
