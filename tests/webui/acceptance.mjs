@@ -317,6 +317,29 @@ async function main() {
     await page.waitForURL(BASE + "/ui/volumes");
     check((await apiJson(admin, "/api/v1/volumes")).every(v => v.name !== "vol1"), "Delete removes vol1");
 
+    // API tokens: created from the page, the secret shown once and working, then revoked.
+    await page.goto(BASE + "/ui/tokens");
+    await page.fill('#token-form input[name="name"]', "ci-bot");
+    await page.fill('#token-form input[name="days"]', "30");
+    await page.click('#token-form button[type="submit"]');
+    const secret = (await page.locator("#new-token-secret").textContent().catch(() => "")).trim();
+    const me = await admin.request.get(BASE + "/api/v1/auth/me", { headers: { Authorization: `Bearer ${secret}` } });
+    check(secret.length >= 20 && me.status() === 200, `a created token is shown once and authenticates (${me.status()})`);
+    await page.goto(BASE + "/ui/tokens");
+    check(await page.locator("#new-token-secret").count() === 0 && !(await page.content()).includes(secret),
+      "the token's secret is not shown again");
+    const trow = page.locator('tr[data-name="ci-bot"]');
+    check(await trow.count() === 1, "the tokens page lists ci-bot");
+    await trow.locator('button:has-text("Revoke")').click();
+    await page.waitForURL(BASE + "/ui/tokens");
+    const revoked = await admin.request.get(BASE + "/api/v1/auth/me", { headers: { Authorization: `Bearer ${secret}` } });
+    check(revoked.status() === 401 && await page.locator('tr[data-name="ci-bot"]').count() === 0,
+      `a revoked token no longer authenticates (${revoked.status()})`);
+    await page.fill('#token-form input[name="name"]', "bad-days");
+    await page.fill('#token-form input[name="days"]', "soon");
+    await page.click('#token-form button[type="submit"]');
+    check(await page.locator("#problem").count() === 1, "a bad expiry shows the problem detail");
+
     // The read-only pages render for an admin.
     for (const [path, name] of [["/ui/pool", "09-pool"], ["/ui/volumes", "10-volumes"],
       ["/ui/snapshots", "11-snapshots"], ["/ui/tokens", "12-tokens"]]) {

@@ -431,6 +431,8 @@ pub struct TokensPage {
     pub layout: Layout,
     /// Tokens the caller may see.
     pub tokens: Vec<TokenRow>,
+    /// The secret of a token just created, shown this once (empty otherwise).
+    pub new_token: String,
 }
 
 /// An error page (a failed page load, or a refused form without a page to return to).

@@ -14,7 +14,7 @@ use super::{check_csrf, see_other, Fields, Session};
 use crate::api::auth::{Auth, RemoteAddr};
 use crate::api::extract::{ApiJson, ApiPath};
 use crate::api::problem::Problem;
-use crate::api::routes::{events, login as api_login, shares, system, users, volumes};
+use crate::api::routes::{events, login as api_login, shares, system, tokens, users, volumes};
 use crate::db::Role;
 use crate::state::AppState;
 
@@ -228,6 +228,50 @@ pub async fn share_access(
             shares::update(State(st), au, ApiPath(name), ApiJson(req)).await
         },
     )
+    .await
+}
+
+/// `POST /ui/tokens`: creates an API token for the signed-in user (`name`, `days`: empty
+/// for no expiry) and shows its secret once.
+pub async fn token_create(
+    State(state): State<AppState>,
+    Session(auth): Session,
+    body: Bytes,
+) -> Response {
+    let created = async {
+        let f = form(&auth, &body)?;
+        let days = f.text("days");
+        let expires_in_days = match days.trim() {
+            "" => None,
+            d => Some(d.parse::<u32>().map_err(|_| {
+                Problem::unprocessable(format!("days: {d:?} is not a whole number of days"))
+            })?),
+        };
+        let req = tokens::CreateToken {
+            name: f.text("name").trim().to_string(),
+            expires_in_days,
+        };
+        tokens::create(State(state.clone()), auth.clone(), ApiJson(req)).await
+    }
+    .await;
+    match created {
+        Ok((_, axum::Json(new))) => {
+            super::pages::tokens_with_secret(&state, &auth, new.token).await
+        }
+        Err(problem) => render(&state, &auth, Page::Tokens, Some(problem)).await,
+    }
+}
+
+/// `POST /ui/tokens/{id}/revoke`: revokes an API token.
+pub async fn token_revoke(
+    State(state): State<AppState>,
+    Session(auth): Session,
+    ApiPath(id): ApiPath<i64>,
+    body: Bytes,
+) -> Response {
+    submit(&state, &auth, &body, Page::Tokens, "/ui/tokens", |_| {
+        tokens::delete(State(state.clone()), auth.clone(), ApiPath(id))
+    })
     .await
 }
 

@@ -53,7 +53,8 @@ pub fn router() -> Router<AppState> {
         .route("/ui/volumes/{name}/resize", post(actions::volume_resize))
         .route("/ui/volumes/{name}/delete", post(actions::volume_delete))
         .route("/ui/snapshots", show(Page::Snapshots))
-        .route("/ui/tokens", show(Page::Tokens))
+        .route("/ui/tokens", show(Page::Tokens).post(actions::token_create))
+        .route("/ui/tokens/{id}/revoke", post(actions::token_revoke))
         .route("/ui/static/app.css", get(css))
         .route("/ui/static/app.js", get(js))
 }

@@ -525,5 +525,18 @@ async fn tokens_page(
                 last_used_at: t.last_used_at.unwrap_or_else(|| "never".into()),
             })
             .collect(),
+        new_token: String::new(),
     })
+}
+
+/// The tokens page right after a token was created, showing its secret this once (the
+/// response is not cached and never redirected to, so a reload does not show it again).
+pub async fn tokens_with_secret(state: &AppState, auth: &Auth, secret: String) -> Response {
+    match tokens_page(state, auth, None).await {
+        Ok(mut page) => {
+            page.new_token = secret;
+            html(StatusCode::OK, &page)
+        }
+        Err(problem) => error_page(Some(auth), problem),
+    }
 }
