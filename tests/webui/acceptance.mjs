@@ -317,6 +317,43 @@ async function main() {
     await page.waitForURL(BASE + "/ui/volumes");
     check((await apiJson(admin, "/api/v1/volumes")).every(v => v.name !== "vol1"), "Delete removes vol1");
 
+    // NVMe: a subsystem with an allowed host, a namespace over a volume made from the
+    // page, hosts opened to any host, the namespace removed, the subsystem deleted.
+    const NQN = "nqn.2026-01.io.quarry:webui";
+    const HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:0f6c1e7a-0000-4000-8000-000000000001";
+    await page.goto(BASE + "/ui/volumes");
+    await page.fill('#volume-form input[name="name"]', "nvol");
+    await page.fill('#volume-form input[name="size"]', "16 MiB");
+    await page.click('#volume-form button[type="submit"]');
+    await page.waitForURL(BASE + "/ui/volumes");
+    await page.fill('#subsystem-form input[name="nqn"]', NQN);
+    await page.fill('#subsystem-form input[name="hosts"]', HOSTNQN);
+    await page.click('#subsystem-form button[type="submit"]');
+    await page.waitForURL(BASE + "/ui/volumes");
+    const srow = page.locator(`tr[data-nqn="${NQN}"]`);
+    await srow.locator('form.ns-form input[name="volume"]').fill("nvol");
+    await srow.locator('form.ns-form button[type="submit"]').click();
+    await page.waitForURL(BASE + "/ui/volumes");
+    const sub = async () => (await apiJson(admin, "/api/v1/nvme/subsystems")).find(x => x.nqn === NQN);
+    let ss = await sub();
+    check(ss !== undefined && !ss.allow_any_host && ss.hosts.length === 1 && ss.hosts[0] === HOSTNQN &&
+      ss.namespaces.length === 1 && ss.namespaces[0].volume === "nvol",
+      `the NVMe forms create a subsystem with its host and a namespace on nvol (${JSON.stringify(ss)})`);
+    await page.locator(`tr[data-nqn="${NQN}"] details.edit-hosts summary`).click();
+    await page.locator(`tr[data-nqn="${NQN}"] form.hosts-form input[name="allow_any_host"]`).check();
+    await page.locator(`tr[data-nqn="${NQN}"] form.hosts-form button[type="submit"]`).click();
+    await page.waitForURL(BASE + "/ui/volumes");
+    ss = await sub();
+    check(ss !== undefined && ss.allow_any_host === true, "Edit hosts opens the subsystem to any host");
+    await shot(page, "10b-volumes-nvme");
+    await page.locator(`tr[data-nqn="${NQN}"] button:has-text("remove")`).click();
+    await page.waitForURL(BASE + "/ui/volumes");
+    ss = await sub();
+    check(ss !== undefined && ss.namespaces.length === 0, "remove takes the namespace away");
+    await page.locator(`tr[data-nqn="${NQN}"] button:has-text("Delete")`).click();
+    await page.waitForURL(BASE + "/ui/volumes");
+    check(await sub() === undefined, "Delete removes the subsystem");
+
     // API tokens: created from the page, the secret shown once and working, then revoked.
     await page.goto(BASE + "/ui/tokens");
     await page.fill('#token-form input[name="name"]', "ci-bot");
@@ -392,6 +429,8 @@ async function main() {
       ["/ui/volumes", { csrf, name: "evil", size: "64 MiB" }],
       ["/ui/volumes/vol1/resize", { csrf, size: "1 GiB" }],
       ["/ui/volumes/vol1/delete", { csrf }],
+      ["/ui/nvme", { csrf, nqn: "nqn.2026-01.io.quarry:evil", allow_any_host: "on" }],
+      ["/ui/volumes/nvol/delete", { csrf }],
       ["/ui/users", { csrf, name: "evil", password: "evil-evil-evil", role: "admin" }],
       [`/ui/users/${SMB_USER}/delete`, { csrf }],
       ["/ui/sessions/1/disconnect", { csrf }],

@@ -365,6 +365,12 @@ pub struct SubsystemRow {
     pub hosts: String,
     /// `nsid → volume` pairs, for people.
     pub namespaces: String,
+    /// Allowed host NQNs, comma-separated (the edit form's field).
+    pub host_list: String,
+    /// Every host may connect.
+    pub allow_any_host: bool,
+    /// (nsid, volume) of each namespace (remove buttons).
+    pub namespace_list: Vec<(u32, String)>,
 }
 
 /// Volumes and NVMe subsystems.

@@ -14,7 +14,9 @@ use super::{check_csrf, see_other, Fields, Session};
 use crate::api::auth::{Auth, RemoteAddr};
 use crate::api::extract::{ApiJson, ApiPath};
 use crate::api::problem::Problem;
-use crate::api::routes::{events, login as api_login, shares, system, tokens, users, volumes};
+use crate::api::routes::{
+    events, login as api_login, nvme, shares, system, tokens, users, volumes,
+};
 use crate::db::Role;
 use crate::state::AppState;
 
@@ -271,6 +273,107 @@ pub async fn token_revoke(
 ) -> Response {
     submit(&state, &auth, &body, Page::Tokens, "/ui/tokens", |_| {
         tokens::delete(State(state.clone()), auth.clone(), ApiPath(id))
+    })
+    .await
+}
+
+/// `POST /ui/nvme`: creates an NVMe subsystem (`nqn`, `hosts`, `allow_any_host`).
+pub async fn subsystem_create(
+    State(state): State<AppState>,
+    Session(auth): Session,
+    body: Bytes,
+) -> Response {
+    let (st, au) = (state.clone(), auth.clone());
+    submit(
+        &state,
+        &auth,
+        &body,
+        Page::Volumes,
+        "/ui/volumes",
+        |f| async move {
+            let req = nvme::CreateSubsystem {
+                nqn: f.text("nqn").trim().to_string(),
+                allow_any_host: f.flag("allow_any_host"),
+                hosts: split_list(&f.text("hosts")),
+            };
+            nvme::create(State(st), au, ApiJson(req)).await
+        },
+    )
+    .await
+}
+
+/// `POST /ui/nvme/{nqn}/hosts`: sets the allowed hosts (`hosts`, `allow_any_host`).
+pub async fn subsystem_hosts(
+    State(state): State<AppState>,
+    Session(auth): Session,
+    ApiPath(nqn): ApiPath<String>,
+    body: Bytes,
+) -> Response {
+    let (st, au) = (state.clone(), auth.clone());
+    submit(
+        &state,
+        &auth,
+        &body,
+        Page::Volumes,
+        "/ui/volumes",
+        |f| async move {
+            let req = nvme::UpdateSubsystem {
+                allow_any_host: Some(f.flag("allow_any_host")),
+                hosts: Some(split_list(&f.text("hosts"))),
+            };
+            nvme::update(State(st), au, ApiPath(nqn), ApiJson(req)).await
+        },
+    )
+    .await
+}
+
+/// `POST /ui/nvme/{nqn}/delete`: deletes a subsystem (its volumes stay).
+pub async fn subsystem_delete(
+    State(state): State<AppState>,
+    Session(auth): Session,
+    ApiPath(nqn): ApiPath<String>,
+    body: Bytes,
+) -> Response {
+    submit(&state, &auth, &body, Page::Volumes, "/ui/volumes", |_| {
+        nvme::delete(State(state.clone()), auth.clone(), ApiPath(nqn))
+    })
+    .await
+}
+
+/// `POST /ui/nvme/{nqn}/namespaces`: exports a volume as a namespace (`volume`).
+pub async fn namespace_add(
+    State(state): State<AppState>,
+    Session(auth): Session,
+    ApiPath(nqn): ApiPath<String>,
+    body: Bytes,
+) -> Response {
+    let (st, au) = (state.clone(), auth.clone());
+    submit(
+        &state,
+        &auth,
+        &body,
+        Page::Volumes,
+        "/ui/volumes",
+        |f| async move {
+            let req = nvme::AddNamespace {
+                volume: f.text("volume").trim().to_string(),
+                nsid: None,
+            };
+            nvme::add_namespace(State(st), au, ApiPath(nqn), ApiJson(req)).await
+        },
+    )
+    .await
+}
+
+/// `POST /ui/nvme/{nqn}/namespaces/{nsid}/delete`: removes a namespace.
+pub async fn namespace_remove(
+    State(state): State<AppState>,
+    Session(auth): Session,
+    ApiPath((nqn, nsid)): ApiPath<(String, u32)>,
+    body: Bytes,
+) -> Response {
+    submit(&state, &auth, &body, Page::Volumes, "/ui/volumes", |_| {
+        nvme::remove_namespace(State(state.clone()), auth.clone(), ApiPath((nqn, nsid)))
     })
     .await
 }

@@ -52,6 +52,14 @@ pub fn router() -> Router<AppState> {
         )
         .route("/ui/volumes/{name}/resize", post(actions::volume_resize))
         .route("/ui/volumes/{name}/delete", post(actions::volume_delete))
+        .route("/ui/nvme", post(actions::subsystem_create))
+        .route("/ui/nvme/{nqn}/hosts", post(actions::subsystem_hosts))
+        .route("/ui/nvme/{nqn}/delete", post(actions::subsystem_delete))
+        .route("/ui/nvme/{nqn}/namespaces", post(actions::namespace_add))
+        .route(
+            "/ui/nvme/{nqn}/namespaces/{nsid}/delete",
+            post(actions::namespace_remove),
+        )
         .route("/ui/snapshots", show(Page::Snapshots))
         .route("/ui/tokens", show(Page::Tokens).post(actions::token_create))
         .route("/ui/tokens/{id}/revoke", post(actions::token_revoke))

@@ -449,6 +449,13 @@ async fn volumes_page(
         subsystems: subs
             .into_iter()
             .map(|s| SubsystemRow {
+                host_list: s.hosts.join(", "),
+                allow_any_host: s.allow_any_host,
+                namespace_list: s
+                    .namespaces
+                    .iter()
+                    .map(|n| (n.nsid, n.volume.clone()))
+                    .collect(),
                 hosts: if s.allow_any_host {
                     "any host".to_string()
                 } else {
