@@ -147,6 +147,26 @@ async function main() {
     await page.click('#user-form button[type="submit"]');
     const userProblem = await page.locator("#problem").getAttribute("data-status").catch(() => null);
     check(userProblem === "422", `a too-short password shows the API's 422 problem (got ${userProblem})`);
+    // Edit a user: SMB-only "temp" becomes an operator with a new password.
+    await page.goto(BASE + "/ui/users");
+    await page.fill('#user-form input[name="name"]', "temp");
+    await page.fill('#user-form input[name="password"]', "temp-first-pass");
+    await page.selectOption('#user-form select[name="role"]', "");
+    await page.click('#user-form button[type="submit"]');
+    const urow = page.locator('tr[data-user="temp"]');
+    await urow.locator("details.edit-user summary").click();
+    await urow.locator('form.user-edit-form select[name="role"]').selectOption("operator");
+    await urow.locator('form.user-edit-form input[name="password"]').fill("temp-second-pass");
+    await urow.locator('form.user-edit-form button[type="submit"]').click();
+    await page.waitForURL(BASE + "/ui/users");
+    const temp = (await apiJson(admin, "/api/v1/users")).find(u => u.name === "temp");
+    // A cookie-less request: the admin context's cookie jar must keep the admin session.
+    const relog = await fetch(BASE + "/api/v1/auth/login", {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ username: "temp", password: "temp-second-pass" }),
+    });
+    check(temp !== undefined && temp.role === "operator" && relog.status === 200,
+      `editing a user sets the role and the password (${temp && temp.role}, login ${relog.status})`);
     await shot(page, "03-users");
 
     // Shares: one with a quota; an invalid name shows the API's problem details.
@@ -433,6 +453,7 @@ async function main() {
       ["/ui/volumes/nvol/delete", { csrf }],
       ["/ui/users", { csrf, name: "evil", password: "evil-evil-evil", role: "admin" }],
       [`/ui/users/${SMB_USER}/delete`, { csrf }],
+      ["/ui/users/temp/edit", { csrf, role: "admin", password: "evil-evil-evil" }],
       ["/ui/sessions/1/disconnect", { csrf }],
       ["/ui/events/1/ack", { csrf }],
     ];

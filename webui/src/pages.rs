@@ -228,6 +228,8 @@ pub struct UserRow {
     pub name: String,
     /// Role, or `SMB only`.
     pub role: String,
+    /// Role as the form field holds it (`viewer`, …; empty for SMB only).
+    pub role_value: String,
     /// RFC 3339.
     pub created_at: String,
     /// The signed-in user (cannot delete themself here).

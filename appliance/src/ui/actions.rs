@@ -472,19 +472,50 @@ pub async fn user_create(
         Page::Users,
         "/ui/users",
         |f| async move {
-            let role =
-                match f.text("role").as_str() {
-                    "" => None,
-                    r => Some(Role::parse(r).ok_or_else(|| {
-                        Problem::unprocessable(format!("role: unknown role {r:?}"))
-                    })?),
-                };
+            let role = role_field(&f)?;
             let req = users::CreateUser {
                 name: f.text("name").trim().to_string(),
                 password: f.text("password"),
                 role,
             };
             users::create(State(st), au, ApiJson(req)).await
+        },
+    )
+    .await
+}
+
+/// The `role` field: empty for SMB-only.
+fn role_field(f: &Fields) -> Result<Option<Role>, Problem> {
+    match f.text("role").as_str() {
+        "" => Ok(None),
+        r => Role::parse(r)
+            .map(Some)
+            .ok_or_else(|| Problem::unprocessable(format!("role: unknown role {r:?}"))),
+    }
+}
+
+/// `POST /ui/users/{name}/edit`: sets the role (`role`) and, when `password` is not
+/// empty, a new password.
+pub async fn user_edit(
+    State(state): State<AppState>,
+    Session(auth): Session,
+    ApiPath(name): ApiPath<String>,
+    body: Bytes,
+) -> Response {
+    let (st, au) = (state.clone(), auth.clone());
+    submit(
+        &state,
+        &auth,
+        &body,
+        Page::Users,
+        "/ui/users",
+        |f| async move {
+            let password = f.text("password");
+            let req = users::UpdateUser {
+                password: (!password.is_empty()).then_some(password),
+                role: Some(role_field(&f)?),
+            };
+            users::update(State(st), au, ApiPath(name), ApiJson(req)).await
         },
     )
     .await

@@ -41,6 +41,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/shares/{name}/delete", post(actions::share_delete))
         .route("/ui/users", show(Page::Users).post(actions::user_create))
         .route("/ui/users/{name}/delete", post(actions::user_delete))
+        .route("/ui/users/{name}/edit", post(actions::user_edit))
         .route("/ui/sessions", show(Page::Sessions))
         .route("/ui/sessions/{id}/disconnect", post(actions::disconnect))
         .route("/ui/events", show(Page::Events))

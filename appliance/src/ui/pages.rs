@@ -303,6 +303,7 @@ async fn users_page(
         .into_iter()
         .map(|u| UserRow {
             is_self: u.name.eq_ignore_ascii_case(&auth.principal.user),
+            role_value: u.role.map(|r| r.as_str().to_string()).unwrap_or_default(),
             role: u
                 .role
                 .map_or_else(|| "SMB only".to_string(), |r| r.as_str().to_string()),
