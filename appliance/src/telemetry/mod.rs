@@ -320,12 +320,6 @@ pub fn nvme_bytes(direction: Direction, bytes: u64) {
     }
 }
 
-/// Whether an NTSTATUS is an error (severity bits 11), not success, a warning or
-/// STATUS_PENDING.
-fn is_error(status: u32) -> bool {
-    status >> 30 == 3
-}
-
 /// The counters of share `name`, created on first use (called at tree connect, never per
 /// request).
 pub fn share_ops(name: &str) -> Arc<ShareOps> {
@@ -366,7 +360,7 @@ pub fn share_ops(name: &str) -> Arc<ShareOps> {
 /// failed, for the caller's per-client counters.
 pub fn smb_op(share: &ShareOps, op: OpKind, bytes: u64, elapsed: Duration, status: u32) -> bool {
     let t = global();
-    let failed = is_error(status);
+    let failed = quarry_smb::proto::status::is_error(status);
     if !t.enabled {
         return failed;
     }

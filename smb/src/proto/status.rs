@@ -129,3 +129,9 @@ pub const FILE_NOT_AVAILABLE: u32 = 0xC000_0467;
 pub const ACCOUNT_RESTRICTION: u32 = 0xC000_006E;
 /// The impersonation level in CREATE is invalid.
 pub const BAD_IMPERSONATION_LEVEL: u32 = 0xC000_00A5;
+
+/// Whether `status` is an error (severity bits 11), not a success, warning or
+/// informational status such as STATUS_PENDING or STATUS_NOTIFY_ENUM_DIR.
+pub fn is_error(status: u32) -> bool {
+    status >> 30 == 3
+}

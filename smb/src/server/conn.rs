@@ -203,6 +203,22 @@ async fn send_all(
     Ok(())
 }
 
+/// Sends the final responses of the pending operations that are done, running again
+/// the CREATEs whose breaks are settled.
+async fn finish_pending(
+    conn: &mut Connection,
+    out: &tokio::sync::mpsc::Sender<Outgoing>,
+) -> Result<(), ConnError> {
+    let (msgs, retries) = conn.poll_pending()?;
+    send_all(out, msgs).await?;
+    for op in retries {
+        if let Some(msg) = conn.retry(op).await? {
+            send_all(out, vec![msg]).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Processes frames until EOF, error, timeout or cancellation, completing asynchronous
 /// operations in between. READs and WRITEs that stand alone run as their own tasks, bounded
 /// by [`INFLIGHT_BUDGET`], while later requests are read and answered.
@@ -222,13 +238,7 @@ async fn serve_frames(
             _ = shutdown.cancelled() => return Err(ConnError::Shutdown),
             _ = conn.admin_cancel.cancelled() => return Err(ConnError::Shutdown),
             _ = tokio::time::sleep(PENDING_POLL), if waiting => {
-                let (msgs, retries) = conn.poll_pending()?;
-                send_all(&out, msgs).await?;
-                for op in retries {
-                    if let Some(msg) = conn.retry(op).await? {
-                        send_all(&out, vec![msg]).await?;
-                    }
-                }
+                finish_pending(conn, &out).await?;
                 continue;
             }
             Some(notice) = breaks.recv() => {
@@ -252,13 +262,7 @@ async fn serve_frames(
         if conn.pending.iter().any(|p| p.is_notify()) {
             // A change this request made completes a waiting CHANGE_NOTIFY before the
             // next request can add more (clients expect one change per completion).
-            let (msgs, retries) = conn.poll_pending()?;
-            send_all(&out, msgs).await?;
-            for op in retries {
-                if let Some(msg) = conn.retry(op).await? {
-                    send_all(&out, vec![msg]).await?;
-                }
-            }
+            finish_pending(conn, &out).await?;
         }
         if let Some(job) = processed.deferred {
             // A READ's response is as large as what it asked for: charge the larger of the
@@ -710,18 +714,9 @@ impl Connection {
             self.pending.push(op);
             return Ok(None);
         }
-        let mut rh = op.hdr.response(reply.status);
-        rh.flags |= FLAG_ASYNC_COMMAND;
-        rh.async_id = op.async_id;
-        rh.session_id = op.session_id;
-        rh.tree_id = op.tree_id;
-        rh.credits = 0;
-        let mut msg = Vec::with_capacity(HEADER_LEN + reply.body.len());
-        rh.encode(&mut msg);
-        msg.extend_from_slice(&reply.body);
-        let sign = op.signed || self.session_requires_signing(op.session_id);
-        let encrypt = (op.encrypted || reply.encrypt).then_some(op.session_id);
-        self.finish(vec![(msg, op.session_id, sign)], encrypt)
+        // Only lone CREATEs run again: the request's own TreeId and encryption are what
+        // the final response carries, as for every other pending operation.
+        self.complete_with(op, reply.status, Some(reply.body))
             .map(Some)
     }
 

@@ -91,7 +91,7 @@ impl PendingOp {
     /// answers even cleanup and enumerate-directory with an (empty) notify response.
     pub fn final_body(&self, status: u32) -> Option<Vec<u8>> {
         match self.wait {
-            Wait::Notify { .. } if status >> 30 != 3 => {
+            Wait::Notify { .. } if !crate::proto::status::is_error(status) => {
                 Some(crate::notify::encode_notify_response(&[]))
             }
             _ => None,

@@ -18,8 +18,8 @@ pub struct ShareState {
     locks: Mutex<LockManager>,
     oplocks: Mutex<OplockTable<BreakSink>>,
     notify: Mutex<crate::notify::NotifyHub>,
-    /// Watches in `notify`, read without the lock on the data path.
-    watches: std::sync::atomic::AtomicUsize,
+    /// Whether `notify` holds any watch, read without the lock on the data path.
+    watched: std::sync::atomic::AtomicBool,
 }
 
 /// Sends break notices to the connections that own the grants (after the table's lock
@@ -31,21 +31,19 @@ pub fn deliver(notices: Vec<(BreakSink, BreakNotice)>) {
 }
 
 impl ShareState {
-    /// Runs `f` on the CHANGE_NOTIFY watches (and keeps the lock-free watch count).
+    /// Runs `f` on the CHANGE_NOTIFY watches (and keeps the lock-free `watched` flag).
     pub fn with_notify<T>(&self, f: impl FnOnce(&mut crate::notify::NotifyHub) -> T) -> T {
         let mut hub = self.notify.lock().unwrap_or_else(|p| p.into_inner());
         let out = f(&mut hub);
-        self.watches.store(
-            usize::from(!hub.is_empty()),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.watched
+            .store(!hub.is_empty(), std::sync::atomic::Ordering::Relaxed);
         out
     }
 
     /// Records a change the server made at share-relative `path` for CHANGE_NOTIFY
     /// watchers (nothing happens, lock-free, when nobody watches).
     pub fn record_change(&self, path: &str, action: u32, filter: u32) {
-        if self.watches.load(std::sync::atomic::Ordering::Relaxed) == 0 || path.is_empty() {
+        if !self.watched.load(std::sync::atomic::Ordering::Relaxed) || path.is_empty() {
             return;
         }
         self.with_notify(|h| h.record(path, action, filter));
