@@ -262,19 +262,53 @@ pub fn copychunk_response(
     v
 }
 
-/// One NETWORK_INTERFACE_INFO entry for an IPv4 address (MS-SMB2 2.2.32.5).
-pub fn network_interface_info_v4(if_index: u32, link_speed: u64, addr: [u8; 4]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(152);
-    v.put_u32(0); // Next: single entry
-    v.put_u32(if_index);
-    v.put_u32(0); // Capability: no RSS, no RDMA
-    v.put_u32(0);
-    v.put_u64(link_speed);
-    // SOCKADDR_STORAGE: family AF_INET (0x0002), port 0, address, padding to 128 bytes.
-    v.put_u16(0x0002);
-    v.put_u16(0);
-    v.extend_from_slice(&addr);
-    v.put_zeros(128 - 8);
+/// One network interface as FSCTL_QUERY_NETWORK_INTERFACE_INFO reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetInterface {
+    /// IfIndex: channels over the same index share a NIC.
+    pub if_index: u32,
+    /// LinkSpeed in bits per second.
+    pub link_speed: u64,
+    /// The address (port is not sent).
+    pub addr: std::net::IpAddr,
+}
+
+/// Length of one NETWORK_INTERFACE_INFO entry: 24 bytes plus a 128-byte SOCKADDR_STORAGE.
+pub const NETWORK_INTERFACE_INFO_LEN: usize = 152;
+
+/// The NETWORK_INTERFACE_INFO list (MS-SMB2 2.2.32.5): entries chained by Next, IPv4 as
+/// SOCKADDR_IN and IPv6 as SOCKADDR_IN6, each padded to 128 bytes.
+pub fn network_interface_info(interfaces: &[NetInterface]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(interfaces.len() * NETWORK_INTERFACE_INFO_LEN);
+    for (i, ni) in interfaces.iter().enumerate() {
+        let last = i + 1 == interfaces.len();
+        v.put_u32(if last {
+            0
+        } else {
+            NETWORK_INTERFACE_INFO_LEN as u32
+        });
+        v.put_u32(ni.if_index);
+        v.put_u32(0); // Capability: no RSS, no RDMA
+        v.put_u32(0);
+        v.put_u64(ni.link_speed);
+        let start = v.len();
+        match ni.addr {
+            std::net::IpAddr::V4(a) => {
+                v.put_u16(0x0002); // AF_INET
+                v.put_u16(0); // port
+                v.extend_from_slice(&a.octets());
+            }
+            std::net::IpAddr::V6(a) => {
+                v.put_u16(0x0017); // AF_INET6
+                v.put_u16(0); // port
+                v.put_u32(0); // flow info
+                v.extend_from_slice(&a.octets());
+                v.put_u32(0); // scope id
+            }
+        }
+        let used = v.len() - start;
+        v.put_zeros(128 - used);
+    }
     v
 }
 
@@ -312,6 +346,24 @@ mod tests {
             &validate_negotiate_response(1, &[0; 16], 1, 0x0302),
         );
         assert_eq!(out.len(), 48 + 24);
-        assert_eq!(network_interface_info_v4(1, 1, [127, 0, 0, 1]).len(), 152);
+        let two = network_interface_info(&[
+            NetInterface {
+                if_index: 1,
+                link_speed: 1,
+                addr: [127, 0, 0, 1].into(),
+            },
+            NetInterface {
+                if_index: 2,
+                link_speed: 1,
+                addr: std::net::Ipv6Addr::LOCALHOST.into(),
+            },
+        ]);
+        assert_eq!(two.len(), 2 * NETWORK_INTERFACE_INFO_LEN);
+        assert_eq!(&two[0..4], &152u32.to_le_bytes());
+        assert_eq!(&two[152..156], &0u32.to_le_bytes());
+        assert_eq!(&two[24..26], &2u16.to_le_bytes());
+        assert_eq!(&two[28..32], &[127, 0, 0, 1]);
+        assert_eq!(&two[152 + 24..152 + 26], &0x17u16.to_le_bytes());
+        assert_eq!(two[152 + 32 + 15], 1);
     }
 }

@@ -71,6 +71,8 @@ pub const NOT_SUPPORTED: u32 = 0xC000_00BB;
 pub const BAD_NETWORK_NAME: u32 = 0xC000_00CC;
 /// The request is not supported by this server.
 pub const REQUEST_NOT_ACCEPTED: u32 = 0xC000_00D0;
+/// STATUS_REQUEST_OUT_OF_SEQUENCE: a channel cannot bind to a session signed another way.
+pub const REQUEST_OUT_OF_SEQUENCE: u32 = 0xC000_042A;
 /// STATUS_INVALID_OPLOCK_PROTOCOL: an oplock acknowledgment without a break in progress.
 pub const INVALID_OPLOCK_PROTOCOL: u32 = 0xC000_00E3;
 /// An internal error.

@@ -17,6 +17,7 @@ use crate::proto::transform::{is_transform, TransformHeader, TRANSFORM_LEN};
 use crate::proto::{smb1, status, Command, FileId, Header, HEADER_LEN};
 
 use super::bufpool::OutBuf;
+use super::channel::{Channel, ElementCheck, Forward, Inbound, Signature, Via};
 use super::credits::CreditWindow;
 use super::dispatch::{self, Ctx, Deferred, PreauthTarget, Reply};
 use super::pending::{PendingOp, MAX_PENDING_PER_CONNECTION, PENDING_POLL};
@@ -84,15 +85,19 @@ pub async fn run_connection(
 ) -> Result<(), ConnError> {
     let local = sock.local_addr()?;
     let (breaks_tx, breaks_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (inbox_tx, inbox_rx) = tokio::sync::mpsc::channel(super::channel::FORWARD_QUEUE);
+    let (out_tx, out_rx) = tokio::sync::mpsc::channel(OUT_QUEUE);
     let (rd, wr) = sock.into_split();
     let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
+    let conn_id = shared.sessions().next_conn_id();
+    let traffic = Arc::new(super::ChannelTraffic::new(peer, local));
     let mut conn = Connection {
         state: ConnState {
             negotiated: None,
             preauth: PreauthHash::new(),
             credits: CreditWindow::new(),
             sessions: Default::default(),
-            next_session_id: 1,
+            channels: Default::default(),
             peer,
             local,
             smb1_seen: false,
@@ -105,26 +110,52 @@ pub async fn run_connection(
         pending: Vec::new(),
         next_async_id: 0,
         breaks: breaks_tx,
+        conn_id,
+        inbox: inbox_tx,
+        inbox_rx,
+        out: out_tx.clone(),
+        gone: CancellationToken::new(),
+        traffic: traffic.clone(),
     };
     let _closed = conn.closed.clone().drop_guard();
     let (tx, rx) = tokio::sync::mpsc::channel(FRAME_QUEUE);
+    let counted = traffic.clone();
     let reader = tokio::spawn(async move {
         loop {
             let r = read_frame(&mut rd).await;
+            if let Ok(Some(f)) = &r {
+                counted
+                    .received
+                    .fetch_add(f.len() as u64 + 4, std::sync::atomic::Ordering::Relaxed);
+            }
             let more = matches!(r, Ok(Some(_)));
             if tx.send(r).await.is_err() || !more {
                 return;
             }
         }
     });
-    let (out_tx, out_rx) = tokio::sync::mpsc::channel(OUT_QUEUE);
-    let writer = tokio::spawn(write_responses(wr, out_rx, conn.shared.clone()));
+    let writer = tokio::spawn(write_responses(
+        wr,
+        out_rx,
+        conn.shared.clone(),
+        traffic.clone(),
+    ));
     let result = serve_frames(&mut conn, rx, breaks_rx, out_tx, &shutdown).await;
+    conn.gone.cancel();
     reader.abort();
+    // Channels of this connection stop pointing at their sessions' owners, and requests
+    // still queued from other channels are answered (their sessions end with this one).
+    conn.state.channels.clear();
+    conn.inbox_rx.close();
+    // The writer ends only when every sender is gone, this connection's own included.
+    conn.out = tokio::sync::mpsc::channel(1).0;
     // The writer ends once every sender is gone: this loop's and those of READs and WRITEs
     // still running. Responses already queued (a LOGOFF's, say) go out first.
     let flushed = tokio::time::timeout(FLUSH_TIMEOUT, writer).await;
     conn.cleanup().await;
+    traffic
+        .open
+        .store(false, std::sync::atomic::Ordering::Relaxed);
     match (result, flushed) {
         (Err(e), _) => Err(e),
         (Ok(()), Ok(Ok(Err(e)))) => Err(e),
@@ -151,7 +182,7 @@ const WRITE_BATCH: usize = 16;
 type FrameRx = tokio::sync::mpsc::Receiver<Result<Option<Vec<u8>>, ConnError>>;
 
 /// A response on its way to the socket, holding its share of the in-flight budget.
-type Outgoing = (OutBuf, Option<tokio::sync::OwnedSemaphorePermit>);
+pub type Outgoing = (OutBuf, Option<tokio::sync::OwnedSemaphorePermit>);
 
 /// Writes responses as they come, batching whatever is queued into one vectored write of
 /// frame headers and messages (no copy into a frame buffer).
@@ -159,6 +190,7 @@ async fn write_responses<W: AsyncWriteExt + Unpin>(
     mut wr: W,
     mut rx: tokio::sync::mpsc::Receiver<Outgoing>,
     shared: Arc<SharedState>,
+    traffic: Arc<super::ChannelTraffic>,
 ) -> Result<(), ConnError> {
     let mut batch: Vec<Outgoing> = Vec::with_capacity(WRITE_BATCH);
     while rx.recv_many(&mut batch, WRITE_BATCH).await > 0 {
@@ -178,6 +210,9 @@ async fn write_responses<W: AsyncWriteExt + Unpin>(
                 return Err(ConnError::Io(std::io::ErrorKind::WriteZero.into()));
             }
             std::io::IoSlice::advance_slices(&mut rest, n);
+            traffic
+                .sent
+                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         }
         drop(slices);
         for (m, _) in batch.drain(..) {
@@ -203,6 +238,30 @@ async fn send_all(
     Ok(())
 }
 
+/// A message for this connection's socket or, when it answers a request that came over
+/// another channel of the session, for that channel's.
+pub type Routed = (Vec<u8>, Option<Arc<Via>>);
+
+/// Queues routed messages: this connection's own in order; another channel's without
+/// waiting on it (a stalled channel must not stall the session's owner).
+async fn send_routed(
+    out: &tokio::sync::mpsc::Sender<Outgoing>,
+    msgs: Vec<Routed>,
+) -> Result<(), ConnError> {
+    for (m, via) in msgs {
+        match via {
+            None => send_all(out, vec![m]).await?,
+            Some(via) => {
+                let chan = via.out.clone();
+                tokio::spawn(async move {
+                    let _ = chan.send((OutBuf::from_vec(m), None)).await;
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Sends the final responses of the pending operations that are done, running again
 /// the CREATEs whose breaks are settled.
 async fn finish_pending(
@@ -210,11 +269,25 @@ async fn finish_pending(
     out: &tokio::sync::mpsc::Sender<Outgoing>,
 ) -> Result<(), ConnError> {
     let (msgs, retries) = conn.poll_pending()?;
-    send_all(out, msgs).await?;
+    send_routed(out, msgs).await?;
     for op in retries {
         if let Some(msg) = conn.retry(op).await? {
-            send_all(out, vec![msg]).await?;
+            send_routed(out, vec![msg]).await?;
         }
+    }
+    Ok(())
+}
+
+/// Serves what another connection asks of this connection's sessions, then sends the
+/// CHANGE_NOTIFY completions it caused.
+async fn serve_inbound(
+    conn: &mut Connection,
+    msg: Inbound,
+    out: &tokio::sync::mpsc::Sender<Outgoing>,
+) -> Result<(), ConnError> {
+    conn.inbound(msg).await;
+    if conn.pending.iter().any(|p| p.is_notify()) {
+        finish_pending(conn, out).await?;
     }
     Ok(())
 }
@@ -231,7 +304,12 @@ async fn serve_frames(
 ) -> Result<(), ConnError> {
     let budget = Arc::new(tokio::sync::Semaphore::new(INFLIGHT_BUDGET as usize));
     loop {
-        let authed = conn.state.sessions.values().any(|s| s.is_valid());
+        let authed = conn.state.sessions.values().any(|s| s.is_valid())
+            || conn
+                .state
+                .channels
+                .values()
+                .any(|c| matches!(c, Channel::Bound { .. }));
         let limit = if authed { IDLE_TIMEOUT } else { AUTH_TIMEOUT };
         let waiting = !conn.pending.is_empty();
         let frame = tokio::select! {
@@ -239,6 +317,10 @@ async fn serve_frames(
             _ = conn.admin_cancel.cancelled() => return Err(ConnError::Shutdown),
             _ = tokio::time::sleep(PENDING_POLL), if waiting => {
                 finish_pending(conn, &out).await?;
+                continue;
+            }
+            Some(msg) = conn.inbox_rx.recv() => {
+                serve_inbound(conn, msg, &out).await?;
                 continue;
             }
             Some(notice) = breaks.recv() => {
@@ -389,6 +471,55 @@ pub struct Connection {
     pub next_async_id: u64,
     /// Where breaks of oplocks and leases granted on this connection are delivered.
     pub breaks: super::shared::BreakSink,
+    /// This connection's server-wide id.
+    pub conn_id: u64,
+    /// Where other channels of this connection's sessions hand over their requests.
+    pub inbox: tokio::sync::mpsc::Sender<Inbound>,
+    /// The receiving end of [`Connection::inbox`].
+    pub inbox_rx: tokio::sync::mpsc::Receiver<Inbound>,
+    /// This connection's socket writer (for the [`Via`] of a channel it binds).
+    pub out: tokio::sync::mpsc::Sender<Outgoing>,
+    /// Cancelled when this connection stops serving (answers routed to it are dropped).
+    pub gone: CancellationToken,
+    /// This connection's byte counters (per-channel figures of its sessions).
+    pub traffic: Arc<super::ChannelTraffic>,
+}
+
+/// One response element before signing and compounding.
+struct OutMsg {
+    /// The encoded header and body.
+    msg: Vec<u8>,
+    /// Whose key signs it.
+    session_id: u64,
+    /// Whether to sign it.
+    sign: bool,
+    /// The key to sign with instead of the session's (a channel's, or a binding's).
+    key: Option<crate::crypto::SigningKey>,
+}
+
+/// The answer to a frame of a session whose owner has gone: USER_SESSION_DELETED for each
+/// element (CANCELs get none), unsigned, with the credits the channel granted.
+fn session_deleted(headers: &[Header], checks: &[ElementCheck]) -> Result<Vec<u8>, ConnError> {
+    let answered: Vec<_> = headers
+        .iter()
+        .zip(checks)
+        .filter(|(h, _)| h.command() != Some(Command::Cancel))
+        .collect();
+    let mut out = Vec::new();
+    for (i, (hdr, check)) in answered.iter().enumerate() {
+        let mut rh = hdr.response(status::USER_SESSION_DELETED);
+        rh.credits = check.grant;
+        let start = out.len();
+        rh.encode(&mut out);
+        crate::proto::io::encode_error_response(&mut out);
+        if i + 1 < answered.len() {
+            let padded = (out.len() - start).next_multiple_of(8);
+            out.resize(start + padded, 0);
+            let next = u32::try_from(padded).map_err(|_| violation("response too large"))?;
+            out[start + 20..start + 24].copy_from_slice(&next.to_le_bytes());
+        }
+    }
+    Ok(out)
 }
 
 /// Facts about one compound element carried to the next (related operations).
@@ -414,30 +545,205 @@ impl Connection {
         let mut encrypted_by: Option<u64> = None;
         let plain_start = if is_transform(&frame) {
             let th = TransformHeader::decode(&frame).map_err(|e| violation(e.to_string()))?;
-            let session = self
-                .state
-                .sessions
-                .get(&th.session_id)
-                .ok_or_else(|| violation("transform header names an unknown session"))?;
-            let key = session
-                .decrypt_key
-                .as_ref()
-                .ok_or_else(|| violation("session has no decryption key"))?;
             let (hdr, body) = frame.split_at_mut(TRANSFORM_LEN);
-            key.open(hdr, body).map_err(|e| violation(e.to_string()))?;
+            if let Some(session) = self.state.sessions.get(&th.session_id) {
+                let key = session
+                    .decrypt_key
+                    .as_ref()
+                    .ok_or_else(|| violation("session has no decryption key"))?;
+                key.open(hdr, body).map_err(|e| violation(e.to_string()))?;
+            } else {
+                let key = match self.state.channels.get(&th.session_id) {
+                    Some(Channel::Bound { entry, .. }) => entry.decrypt_key.clone(),
+                    _ => None,
+                }
+                .ok_or_else(|| violation("transform header names an unknown session"))?;
+                key.open(hdr, body).map_err(|e| violation(e.to_string()))?;
+            }
             encrypted_by = Some(th.session_id);
             TRANSFORM_LEN
         } else {
             0
         };
+        let target = match encrypted_by {
+            Some(sid) => sid,
+            None => Header::decode(&frame[plain_start..])
+                .map(|h| h.session_id)
+                .unwrap_or(0),
+        };
+        if !self.state.sessions.contains_key(&target)
+            && matches!(
+                self.state.channels.get(&target),
+                Some(Channel::Bound { .. })
+            )
+        {
+            frame.drain(..plain_start);
+            return self.forward(frame, encrypted_by, target).await;
+        }
         // Shared so that a deferred WRITE can take its data without a copy.
-        let frame = Arc::new(frame);
+        self.process_plain(Arc::new(frame), plain_start, encrypted_by, None)
+            .await
+    }
+
+    /// Hands a frame for a session this connection is a channel of to the session's owner,
+    /// after checking credits and signatures here (they belong to this channel), and waits
+    /// for the answer, serving what other channels hand to this connection meanwhile (two
+    /// connections may each be a channel of the other's session).
+    async fn forward(
+        &mut self,
+        frame: Vec<u8>,
+        encrypted_by: Option<u64>,
+        session_id: u64,
+    ) -> Result<Processed, ConnError> {
+        let Some(Channel::Bound { entry, via, .. }) = self.state.channels.get(&session_id) else {
+            return Err(violation("no channel for the session"));
+        };
+        let (entry, via) = (entry.clone(), via.clone());
+        let elements = split_compound(&frame).map_err(|e| violation(e.to_string()))?;
+        let mut checks = Vec::with_capacity(elements.len());
+        let mut headers = Vec::with_capacity(elements.len());
+        for element in &elements {
+            let hdr = Header::decode(element).map_err(|e| violation(e.to_string()))?;
+            if hdr.flags & FLAG_SERVER_TO_REDIR != 0 {
+                return Err(violation("response received by the server"));
+            }
+            if hdr.command() == Some(Command::Cancel) {
+                checks.push(ElementCheck {
+                    grant: 0,
+                    signature: Signature::Absent,
+                });
+                headers.push(hdr);
+                continue;
+            }
+            self.state
+                .credits
+                .consume(hdr.message_id, hdr.credit_charge)
+                .map_err(|e| violation(e.to_string()))?;
+            let signature = if encrypted_by.is_some() || !hdr.is_signed() {
+                Signature::Absent
+            } else if via.signing_key.verify(element).is_ok() {
+                Signature::Valid
+            } else {
+                Signature::Bad
+            };
+            checks.push(ElementCheck {
+                grant: self.state.credits.grant(hdr.credits, hdr.credit_charge),
+                signature,
+            });
+            headers.push(hdr);
+        }
+        drop(elements);
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        let sent = entry
+            .owner
+            .send(Inbound::Forward(Forward {
+                frame,
+                encrypted_by,
+                checks: checks.clone(),
+                via,
+                reply: tx,
+            }))
+            .await;
+        let answer = if sent.is_ok() {
+            loop {
+                tokio::select! {
+                    r = &mut rx => break r.ok(),
+                    Some(msg) = self.inbox_rx.recv() => self.inbound(msg).await,
+                }
+            }
+        } else {
+            None
+        };
+        match answer {
+            Some(r) => r,
+            None => {
+                // The owner's connection is gone, and the session with it.
+                self.state.channels.remove(&session_id);
+                Ok(Processed {
+                    msgs: vec![session_deleted(&headers, &checks)?],
+                    deferred: None,
+                })
+            }
+        }
+    }
+
+    /// Serves one thing another connection asks of this connection's sessions.
+    pub async fn inbound(&mut self, msg: Inbound) {
+        match msg {
+            Inbound::Forward(Forward {
+                frame,
+                encrypted_by,
+                checks,
+                via,
+                reply,
+            }) => {
+                let r = self
+                    .process_plain(Arc::new(frame), 0, encrypted_by, Some((&checks, via)))
+                    .await;
+                let _ = reply.send(r);
+            }
+            Inbound::CloseSession {
+                session_id,
+                user,
+                done,
+            } => {
+                let same_user = self
+                    .state
+                    .sessions
+                    .get(&session_id)
+                    .is_some_and(|s| s.is_valid() && s.user.eq_ignore_ascii_case(&user));
+                if same_user {
+                    self.end_session(session_id).await;
+                }
+                let _ = done.send(());
+            }
+        }
+    }
+
+    /// Ends a session: it stays as a tombstone (USER_SESSION_DELETED for late requests),
+    /// leaves the directory, and its trees and opens are closed.
+    pub async fn end_session(&mut self, session_id: u64) {
+        self.shared.sessions().withdraw(session_id, self.conn_id);
+        let opens: Vec<_> = match self.state.sessions.get_mut(&session_id) {
+            Some(s) => {
+                s.auth = AuthState::Expired;
+                s.trees.clear();
+                s.opens.drain().map(|(_, o)| o).collect()
+            }
+            None => return,
+        };
+        for o in opens {
+            let _ = super::handlers::create::close_open(o).await;
+        }
+    }
+
+    /// Processes a decrypted frame: each element's checks and dispatch, then the signed,
+    /// compounded and (when needed) sealed response. `via` is set when another channel
+    /// of the session handed the frame over: that channel already charged credits and
+    /// checked signatures, and its key signs the answers.
+    pub async fn process_plain(
+        &mut self,
+        frame: Arc<Vec<u8>>,
+        plain_start: usize,
+        encrypted_by: Option<u64>,
+        via: Option<(&[ElementCheck], Arc<Via>)>,
+    ) -> Result<Processed, ConnError> {
+        let (checks, via) = match via {
+            Some((c, v)) => (Some(c), Some(v)),
+            None => (None, None),
+        };
+        let via_conn = via.as_ref().map(|v| v.conn_id);
+        let via_key = via.as_ref().map(|v| v.signing_key.clone());
         let plain = &frame[plain_start..];
         if plain.len() < HEADER_LEN {
             return Err(violation("message shorter than an SMB2 header"));
         }
         let elements = split_compound(plain).map_err(|e| violation(e.to_string()))?;
-        let mut responses: Vec<(Vec<u8>, u64, bool)> = Vec::with_capacity(elements.len());
+        if checks.is_some_and(|c| c.len() != elements.len()) {
+            return Err(violation("forwarded frame does not match its checks"));
+        }
+        let mut responses: Vec<OutMsg> = Vec::with_capacity(elements.len());
+        let mut channel_preauth: Option<u64> = None;
         let mut extra: Vec<Vec<u8>> = Vec::new();
         let mut chain = Chain::default();
         let mut encrypt_response = encrypted_by;
@@ -451,7 +757,9 @@ impl Connection {
                 // CANCEL consumes no credit and gets no response of its own; the cancelled
                 // operation completes with STATUS_CANCELLED (MS-SMB2 3.3.5.16).
                 let pos = self.pending.iter().position(|p| {
-                    if hdr.is_async() {
+                    if p.via.as_ref().map(|v| v.conn_id) != via_conn {
+                        false
+                    } else if hdr.is_async() {
                         p.async_id == hdr.async_id
                     } else {
                         p.hdr.message_id == hdr.message_id
@@ -463,12 +771,15 @@ impl Connection {
                 }
                 continue;
             }
-            if let Err(e) = self
-                .state
-                .credits
-                .consume(hdr.message_id, hdr.credit_charge)
-            {
-                return Err(violation(e.to_string()));
+            let forwarded = checks.and_then(|c| c.get(i)).copied();
+            if forwarded.is_none() {
+                if let Err(e) = self
+                    .state
+                    .credits
+                    .consume(hdr.message_id, hdr.credit_charge)
+                {
+                    return Err(violation(e.to_string()));
+                }
             }
             let related = i > 0 && hdr.is_related();
             let first_marked_related = i == 0 && hdr.is_related();
@@ -490,6 +801,7 @@ impl Connection {
                     &chain,
                     encrypted_by,
                     (elements.len() == 1).then_some(&frame),
+                    forwarded.map(|c| c.signature),
                 )
                 .await
             };
@@ -510,6 +822,7 @@ impl Connection {
                         wait,
                         tree_id,
                         element,
+                        via: via.clone(),
                     });
                     (
                         Reply {
@@ -532,7 +845,10 @@ impl Connection {
             }
             rh.session_id = reply.session_id.unwrap_or(session_id);
             rh.tree_id = reply.tree_id.unwrap_or(tree_id);
-            rh.credits = self.state.credits.grant(hdr.credits, hdr.credit_charge);
+            rh.credits = match forwarded {
+                Some(c) => c.grant,
+                None => self.state.credits.grant(hdr.credits, hdr.credit_charge),
+            };
             let named = request_file_id(&hdr, element).map(|id| {
                 if related && id == FileId::ALL_ONES {
                     chain.file_id.unwrap_or(id)
@@ -564,7 +880,8 @@ impl Connection {
                 }
                 let sign =
                     signed_req || reply.force_sign || self.session_requires_signing(rh.session_id);
-                deferred_job = Some(self.deferred_job(work, rh, sign, encrypt_response));
+                let key = reply.sign_with.take().or_else(|| via_key.clone());
+                deferred_job = Some(self.deferred_job(work, rh, sign, encrypt_response, key));
                 break;
             }
             let mut msg = Vec::with_capacity(HEADER_LEN + reply.body.len());
@@ -579,6 +896,7 @@ impl Connection {
                         preauth.update(&msg);
                     }
                 }
+                Some(PreauthTarget::Channel(sid)) => channel_preauth = Some(sid),
                 None => {}
             }
             if reply.encrypt && encrypt_response.is_none() {
@@ -597,14 +915,28 @@ impl Connection {
                 msg[48..64].copy_from_slice(&hdr.signature);
                 sign = false;
             }
-            responses.push((msg, rh.session_id, sign && reply.status != status::PENDING));
+            responses.push(OutMsg {
+                msg,
+                session_id: rh.session_id,
+                sign: sign && reply.status != status::PENDING,
+                key: reply.sign_with.take().or_else(|| via_key.clone()),
+            });
             if reply.disconnect {
                 return Err(violation("disconnect requested by handler"));
             }
         }
         let mut out = extra;
         if !responses.is_empty() {
-            out.insert(0, self.finish(responses, encrypt_response)?);
+            let lone = responses.len() == 1;
+            let msg = self.finish(responses, encrypt_response)?;
+            if let (true, Some(sid)) = (lone, channel_preauth) {
+                // A binding leg's response is signed (with the session's key) and the hash
+                // covers it as sent.
+                if let Some(Channel::Binding { preauth, .. }) = self.state.channels.get_mut(&sid) {
+                    preauth.update(&msg);
+                }
+            }
+            out.insert(0, msg);
         }
         self.prune_expired_sessions();
         Ok(Processed {
@@ -621,6 +953,7 @@ impl Connection {
         header: Header,
         sign: bool,
         encrypt_for: Option<u64>,
+        key: Option<crate::crypto::SigningKey>,
     ) -> DeferredJob {
         let mut job = DeferredJob {
             work,
@@ -637,11 +970,12 @@ impl Connection {
             }
         }
         if sign {
-            job.signing_key = self
-                .state
-                .sessions
-                .get(&job.header.session_id)
-                .and_then(|s| s.signing_key.clone());
+            job.signing_key = key.or_else(|| {
+                self.state
+                    .sessions
+                    .get(&job.header.session_id)
+                    .and_then(|s| s.signing_key.clone())
+            });
         }
         job
     }
@@ -650,6 +984,9 @@ impl Connection {
     /// the connection ends, however it ends.
     pub async fn cleanup(&mut self) {
         let mut opens = Vec::new();
+        for id in self.state.sessions.keys() {
+            self.shared.sessions().withdraw(*id, self.conn_id);
+        }
         for s in self.state.sessions.values_mut() {
             s.trees.clear();
             opens.extend(s.opens.drain().map(|(_, o)| o));
@@ -663,12 +1000,17 @@ impl Connection {
     /// Re-checks every waiting operation; returns the final responses of those that finished
     /// (completed, or their open / session went away), and the CREATEs whose breaks are
     /// done, to be run again with [`Connection::retry`].
-    pub fn poll_pending(&mut self) -> Result<(Vec<Vec<u8>>, Vec<PendingOp>), ConnError> {
+    pub fn poll_pending(&mut self) -> Result<(Vec<Routed>, Vec<PendingOp>), ConnError> {
         let mut out = Vec::new();
         let mut retries = Vec::new();
         let mut i = 0;
         while i < self.pending.len() {
             let op = &self.pending[i];
+            if op.via.as_ref().is_some_and(|v| v.gone.is_cancelled()) {
+                // Its channel is gone: nobody is left to answer.
+                self.pending.swap_remove(i);
+                continue;
+            }
             let open_alive = self.state.sessions.get(&op.session_id).is_some_and(|s| {
                 s.is_valid() && op.open_id().is_none_or(|id| s.opens.contains_key(&id))
             });
@@ -684,7 +1026,8 @@ impl Connection {
                     if st == status::SUCCESS && op.retries() {
                         retries.push(op);
                     } else {
-                        out.push(self.complete_with(op, st, body)?);
+                        let via = op.via.clone();
+                        out.push((self.complete_with(op, st, body)?, via));
                     }
                 }
                 None => i += 1,
@@ -695,7 +1038,7 @@ impl Connection {
 
     /// Runs a CREATE again once the breaks it waited for are done; returns its final
     /// (async) response, or `None` when it has to wait again.
-    pub async fn retry(&mut self, mut op: PendingOp) -> Result<Option<Vec<u8>>, ConnError> {
+    pub async fn retry(&mut self, mut op: PendingOp) -> Result<Option<Routed>, ConnError> {
         let element = std::mem::take(&mut op.element);
         let mut ctx = Ctx {
             hdr: &op.hdr,
@@ -716,8 +1059,9 @@ impl Connection {
         }
         // Only lone CREATEs run again: the request's own TreeId and encryption are what
         // the final response carries, as for every other pending operation.
+        let via = op.via.clone();
         self.complete_with(op, reply.status, Some(reply.body))
-            .map(Some)
+            .map(|m| Some((m, via)))
     }
 
     /// The notification of an oplock or lease break granted on this connection: not
@@ -760,7 +1104,12 @@ impl Connection {
         rh.encode(&mut msg);
         msg.extend_from_slice(&body);
         self.finish(
-            vec![(msg, notice.session_id, false)],
+            vec![OutMsg {
+                msg,
+                session_id: notice.session_id,
+                sign: false,
+                key: None,
+            }],
             seal.then_some(notice.session_id),
         )
         .map(Some)
@@ -793,7 +1142,16 @@ impl Connection {
         }
         let sign = op.signed || self.session_requires_signing(op.session_id);
         let encrypt = op.encrypted.then_some(op.session_id);
-        self.finish(vec![(msg, op.session_id, sign)], encrypt)
+        let key = op.via.as_ref().map(|v| v.signing_key.clone());
+        self.finish(
+            vec![OutMsg {
+                msg,
+                session_id: op.session_id,
+                sign,
+                key,
+            }],
+            encrypt,
+        )
     }
 
     /// Logged-off sessions are kept (keys only, no trees or opens) so that late requests on
@@ -834,6 +1192,7 @@ impl Connection {
         chain: &Chain,
         encrypted_by: Option<u64>,
         lone_frame: Option<&Arc<Vec<u8>>>,
+        channel_signature: Option<Signature>,
     ) -> (Reply, bool) {
         if let (true, Some(st)) = (related, chain.create_error) {
             // A related request after a failed CREATE fails the same way (MS-SMB2 3.3.5.2.7.2).
@@ -847,7 +1206,21 @@ impl Connection {
         );
         if let Some(session) = self.state.sessions.get(&session_id) {
             let encrypted = encrypted_by == Some(session_id);
-            if session.is_valid() && !encrypted {
+            if let (Some(sig), false) = (channel_signature, encrypted) {
+                // Checked by the channel it came over, with the channel's key; unsigned
+                // requests on a channel get no exemption (smbtorture session.bind*).
+                match sig {
+                    Signature::Valid => signed = true,
+                    Signature::Bad => return (Reply::error(status::ACCESS_DENIED), false),
+                    Signature::Absent if session.signing_required => {
+                        return (Reply::error(status::ACCESS_DENIED), false)
+                    }
+                    Signature::Absent => {}
+                }
+                if session.encrypt_data && needs_session {
+                    return (Reply::error(status::ACCESS_DENIED), false);
+                }
+            } else if session.is_valid() && !encrypted {
                 if hdr.is_signed() {
                     let ok = session
                         .signing_key
@@ -906,12 +1279,18 @@ impl Connection {
     /// Signs each response element, joins a compound, and seals it when needed.
     fn finish(
         &mut self,
-        responses: Vec<(Vec<u8>, u64, bool)>,
+        responses: Vec<OutMsg>,
         encrypt_for: Option<u64>,
     ) -> Result<Vec<u8>, ConnError> {
         let n = responses.len();
         let mut out = Vec::new();
-        for (i, (mut msg, session_id, sign)) in responses.into_iter().enumerate() {
+        for (i, r) in responses.into_iter().enumerate() {
+            let OutMsg {
+                mut msg,
+                session_id,
+                sign,
+                key,
+            } = r;
             let last = i + 1 == n;
             if !last {
                 let padded = msg.len().next_multiple_of(8);
@@ -926,12 +1305,13 @@ impl Connection {
                     .is_some_and(|s| s.encrypt_key.is_some())
             });
             if sign && !encrypting {
-                if let Some(key) = self
-                    .state
-                    .sessions
-                    .get(&session_id)
-                    .and_then(|s| s.signing_key.as_ref())
-                {
+                let key = key.as_ref().or_else(|| {
+                    self.state
+                        .sessions
+                        .get(&session_id)
+                        .and_then(|s| s.signing_key.as_ref())
+                });
+                if let Some(key) = key {
                     let flags =
                         u32::from_le_bytes([msg[16], msg[17], msg[18], msg[19]]) | FLAG_SIGNED;
                     msg[16..20].copy_from_slice(&flags.to_le_bytes());

@@ -15,6 +15,8 @@ pub enum PreauthTarget {
     Connection,
     /// A session's (SESSION_SETUP legs before the last).
     Session(u64),
+    /// A binding's (its legs before the last), folded in after signing.
+    Channel(u64),
 }
 
 /// What a handler answers.
@@ -32,6 +34,8 @@ pub struct Reply {
     pub file_id: Option<FileId>,
     /// Sign even though the request was not (final SESSION_SETUP).
     pub force_sign: bool,
+    /// Sign with this key rather than the session's (session binding).
+    pub sign_with: Option<crate::crypto::SigningKey>,
     /// Encrypt this response (and the rest of the compound).
     pub encrypt: bool,
     /// Fold the encoded response into a preauth hash.

@@ -8,6 +8,8 @@
 //! - [`state`]: connection / session / tree / open tables.
 //! - [`conn`]: one connection: framing, SMB1 upgrade, decryption, compound splitting, signature
 //!   checks, and the sign/encrypt/frame of every response.
+//! - [`channel`]: multichannel: the session directory, binding checks, and the forwarding
+//!   of a bound channel's requests to the connection that owns the session.
 //! - [`dispatch`]: routes a decoded request to its handler module in [`handlers`] (one per
 //!   command family).
 //!
@@ -17,6 +19,7 @@
 //! - Bad network input yields a protocol status or a clean disconnect, never a panic.
 
 pub mod bufpool;
+pub mod channel;
 pub mod conn;
 pub mod credits;
 pub mod dispatch;
@@ -98,6 +101,39 @@ pub trait SessionObserver: Send + Sync {
     /// (per-share and per-client counters, latency). The default observes nothing.
     fn tree_observer(&self, _share: &str) -> Option<Arc<dyn OpObserver>> {
         None
+    }
+    /// Told of each connection the session runs over: the one that set it up, then each
+    /// channel bound to it (multichannel), with that connection's live byte counters.
+    /// The default ignores them.
+    fn channel_added(&self, _traffic: Arc<ChannelTraffic>) {}
+}
+
+/// One connection's addresses and byte counters (frames as read and written on the socket),
+/// shown per channel of a multichannel session.
+#[derive(Debug)]
+pub struct ChannelTraffic {
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// The server address the client connected to.
+    pub local: SocketAddr,
+    /// Bytes received from the client.
+    pub received: std::sync::atomic::AtomicU64,
+    /// Bytes sent to the client.
+    pub sent: std::sync::atomic::AtomicU64,
+    /// Cleared when the connection ends.
+    pub open: std::sync::atomic::AtomicBool,
+}
+
+impl ChannelTraffic {
+    /// Counters of a new connection.
+    pub fn new(peer: SocketAddr, local: SocketAddr) -> Self {
+        Self {
+            peer,
+            local,
+            received: Default::default(),
+            sent: Default::default(),
+            open: std::sync::atomic::AtomicBool::new(true),
+        }
     }
 }
 
@@ -227,6 +263,10 @@ pub struct ServerConfig {
     /// client offers; 3.0/3.0.2 encrypt only when AES-128-CCM is here). Empty: encryption
     /// is never negotiated, so encrypted shares refuse every client.
     pub ciphers: Vec<crate::crypto::Cipher>,
+    /// The addresses the server listens on (set by [`serve`]), reported to multichannel
+    /// clients by FSCTL_QUERY_NETWORK_INTERFACE_INFO; a wildcard address stands for the
+    /// address each client connected to.
+    pub interfaces: Vec<SocketAddr>,
 }
 
 impl ServerConfig {
@@ -241,6 +281,7 @@ impl ServerConfig {
             computer_name: "QUARRY".into(),
             domain: "WORKGROUP".into(),
             ciphers: crate::crypto::Cipher::ALL.to_vec(),
+            interfaces: Vec::new(),
         }
     }
 }
@@ -275,20 +316,54 @@ pub(crate) fn now_filetime() -> u64 {
     crate::vfs::filetime_from_unix(i64::try_from(d.as_secs()).unwrap_or(0), d.subsec_nanos())
 }
 
-/// Serves SMB on `listener` until `shutdown` is cancelled. Each connection runs in its own
-/// task; a failing connection never affects another.
+/// Serves SMB on every listener until `shutdown` is cancelled. All listeners share one
+/// server state (share modes, leases, the session directory), so a client may bind
+/// channels over any of them (multichannel), and each listener's address is reported in
+/// FSCTL_QUERY_NETWORK_INTERFACE_INFO.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     backend: Arc<dyn Backend>,
-    config: ServerConfig,
+    mut config: ServerConfig,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    config.interfaces = listeners
+        .iter()
+        .map(|l| l.local_addr())
+        .collect::<std::io::Result<_>>()?;
     let config = Arc::new(config);
     let shared = Arc::new(shared::SharedState::default());
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut accepting = tokio::task::JoinSet::new();
+    for listener in listeners {
+        accepting.spawn(accept_loop(
+            listener,
+            backend.clone(),
+            config.clone(),
+            shared.clone(),
+            slots.clone(),
+            shutdown.clone(),
+        ));
+    }
+    while let Some(done) = accepting.join_next().await {
+        if let Err(e) = done {
+            tracing::error!(error = %e, "SMB accept loop failed");
+        }
+    }
+    Ok(())
+}
+
+/// Accepts connections on one listener until `shutdown` is cancelled.
+async fn accept_loop(
+    listener: TcpListener,
+    backend: Arc<dyn Backend>,
+    config: Arc<ServerConfig>,
+    shared: Arc<shared::SharedState>,
+    slots: Arc<tokio::sync::Semaphore>,
+    shutdown: CancellationToken,
+) {
     loop {
         let (sock, peer) = tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
+            _ = shutdown.cancelled() => return,
             a = listener.accept() => match a {
                 Ok(x) => x,
                 Err(e) => {

@@ -67,6 +67,8 @@ pub struct PendingOp {
     pub tree_id: u32,
     /// The request element, kept for a CREATE run again (empty otherwise).
     pub element: Vec<u8>,
+    /// The channel the request came over, when not this connection (its answer goes there).
+    pub via: Option<Arc<super::channel::Via>>,
 }
 
 impl PendingOp {

@@ -88,12 +88,19 @@ pub struct SharedState {
     /// byte-range locks of every connection live in the same per-share tables, keyed by
     /// the open's volatile id, so two connections must never use the same id.
     last_file_id: std::sync::atomic::AtomicU64,
+    /// Established sessions, for binding further channels to them.
+    sessions: super::channel::SessionDirectory,
 }
 
 impl SharedState {
     /// The server's pool of READ response buffers.
     pub fn bufs(&self) -> &super::bufpool::BufPool {
         &self.bufs
+    }
+
+    /// Established sessions and the server-wide session id counter.
+    pub fn sessions(&self) -> &super::channel::SessionDirectory {
+        &self.sessions
     }
 
     /// A FileId no other open of this server has (both halves the same number).

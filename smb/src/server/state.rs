@@ -47,8 +47,8 @@ pub struct ConnState {
     pub credits: CreditWindow,
     /// Sessions by id.
     pub sessions: HashMap<u64, Session>,
-    /// Next session id to hand out.
-    pub next_session_id: u64,
+    /// Sessions of other connections this connection is (or is becoming) a channel of.
+    pub channels: HashMap<u64, super::channel::Channel>,
     /// The peer address (for the session registry).
     pub peer: std::net::SocketAddr,
     /// Our address on this connection (network interface info).
@@ -95,7 +95,7 @@ pub struct Session {
     /// Key that seals server→client messages.
     pub encrypt_key: Option<std::sync::Arc<CipherKey>>,
     /// Key that opens client→server messages.
-    pub decrypt_key: Option<CipherKey>,
+    pub decrypt_key: Option<Arc<CipherKey>>,
     /// Every request must be signed (unless encrypted).
     pub signing_required: bool,
     /// Every message of the session must be encrypted.

@@ -2,12 +2,12 @@
 //! interface info, and the sparse-file FSCTLs. Anything else gets INVALID_DEVICE_REQUEST.
 
 use crate::proto::ioctl::{
-    encode_ioctl_response, network_interface_info_v4, object_id_buffer,
-    validate_negotiate_response, IoctlRequest, ValidateNegotiateInfo,
-    FSCTL_CREATE_OR_GET_OBJECT_ID, FSCTL_DFS_GET_REFERRALS, FSCTL_PIPE_TRANSCEIVE,
-    FSCTL_QUERY_ALLOCATED_RANGES, FSCTL_QUERY_NETWORK_INTERFACE_INFO, FSCTL_SET_SPARSE,
-    FSCTL_SET_ZERO_DATA, FSCTL_SRV_COPYCHUNK, FSCTL_SRV_COPYCHUNK_WRITE,
-    FSCTL_SRV_REQUEST_RESUME_KEY, FSCTL_VALIDATE_NEGOTIATE_INFO, IOCTL_IS_FSCTL,
+    encode_ioctl_response, network_interface_info, object_id_buffer, validate_negotiate_response,
+    IoctlRequest, NetInterface, ValidateNegotiateInfo, FSCTL_CREATE_OR_GET_OBJECT_ID,
+    FSCTL_DFS_GET_REFERRALS, FSCTL_PIPE_TRANSCEIVE, FSCTL_QUERY_ALLOCATED_RANGES,
+    FSCTL_QUERY_NETWORK_INTERFACE_INFO, FSCTL_SET_SPARSE, FSCTL_SET_ZERO_DATA, FSCTL_SRV_COPYCHUNK,
+    FSCTL_SRV_COPYCHUNK_WRITE, FSCTL_SRV_REQUEST_RESUME_KEY, FSCTL_VALIDATE_NEGOTIATE_INFO,
+    IOCTL_IS_FSCTL,
 };
 use crate::proto::wire::{Put, Reader};
 use crate::proto::{status, FileId};
@@ -79,11 +79,8 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
             Ok(reply(req.ctl_code, req.file_id, &out))
         }
         FSCTL_QUERY_NETWORK_INTERFACE_INFO => {
-            let ip = match conn.state.local.ip() {
-                std::net::IpAddr::V4(v4) => v4.octets(),
-                std::net::IpAddr::V6(_) => return Err(status::NOT_SUPPORTED),
-            };
-            let out = network_interface_info_v4(1, REPORTED_LINK_SPEED, ip);
+            let out =
+                network_interface_info(&interfaces(&conn.config.interfaces, conn.state.local.ip()));
             Ok(reply(req.ctl_code, req.file_id, &out))
         }
         FSCTL_DFS_GET_REFERRALS => Err(status::NOT_FOUND),
@@ -195,5 +192,52 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
             Ok(reply(req.ctl_code, id, &out))
         }
         _ => Err(status::INVALID_DEVICE_REQUEST),
+    }
+}
+
+/// The interfaces to report: each listening address (a wildcard one as the address this
+/// client reached), once each, numbered in listener order so that a client sees distinct
+/// addresses as distinct paths to bind channels over.
+fn interfaces(listening: &[std::net::SocketAddr], reached: std::net::IpAddr) -> Vec<NetInterface> {
+    let mut addrs: Vec<std::net::IpAddr> = Vec::new();
+    for a in listening {
+        let ip = if a.ip().is_unspecified() {
+            reached
+        } else {
+            a.ip()
+        };
+        if !addrs.contains(&ip) {
+            addrs.push(ip);
+        }
+    }
+    if addrs.is_empty() {
+        addrs.push(reached);
+    }
+    addrs
+        .into_iter()
+        .zip(1u32..)
+        .map(|(addr, if_index)| NetInterface {
+            if_index,
+            link_speed: REPORTED_LINK_SPEED,
+            addr,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interfaces_are_the_listening_addresses() {
+        let reached: std::net::IpAddr = [10, 0, 0, 5].into();
+        let l = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+        let got = interfaces(&[l("127.0.0.1:445"), l("127.0.0.2:445")], reached);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[1].addr, std::net::IpAddr::from([127, 0, 0, 2]));
+        assert_eq!(got[1].if_index, 2);
+        let got = interfaces(&[l("0.0.0.0:445"), l("10.0.0.5:446")], reached);
+        assert_eq!(got.len(), 1, "a wildcard stands for the reached address");
+        assert_eq!(interfaces(&[], reached)[0].addr, reached);
     }
 }

@@ -4,8 +4,8 @@ use crate::auth::negotiate_security_blob;
 use crate::crypto::{Cipher, SigningAlgorithm};
 use crate::proto::negotiate::{
     NegotiateContext, NegotiateRequest, NegotiateResponse, CAP_ENCRYPTION, CAP_LARGE_MTU,
-    CAP_LEASING, DIALECT_202, DIALECT_210, DIALECT_300, DIALECT_302, DIALECT_311, HASH_SHA512,
-    SIGNING_ENABLED, SIGNING_REQUIRED,
+    CAP_LEASING, CAP_MULTI_CHANNEL, DIALECT_202, DIALECT_210, DIALECT_300, DIALECT_302,
+    DIALECT_311, HASH_SHA512, SIGNING_ENABLED, SIGNING_REQUIRED,
 };
 use crate::proto::status;
 
@@ -48,6 +48,10 @@ pub fn negotiate(conn: &mut Connection, ctx: &mut Ctx<'_>, req: NegotiateRequest
     let mut caps = 0;
     if dialect >= DIALECT_210 {
         caps |= CAP_LARGE_MTU | CAP_LEASING;
+    }
+    if dialect >= DIALECT_300 {
+        // Further connections of the client may bind to its sessions (server::channel).
+        caps |= CAP_MULTI_CHANNEL;
     }
     let mut cipher = None;
     let mut signing = match dialect {

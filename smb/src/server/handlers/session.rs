@@ -12,10 +12,14 @@ use crate::proto::session::{
 };
 use crate::proto::status;
 
+use crate::server::channel::{
+    may_bind, Channel, ChannelSlot, ChannelTerms, Inbound, SessionEntry, Via,
+};
 use crate::server::conn::Connection;
 use crate::server::dispatch::{Ctx, HResult, PreauthTarget, Reply};
-use crate::server::state::{AuthState, Session};
+use crate::server::state::{AuthState, Negotiated, Session};
 use crate::server::{now_filetime, random_bytes, Backend, MAX_SESSIONS_PER_CONNECTION};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Adapts the appliance backend to the auth module's credential lookup.
 /// The backend's hashes, remembering the user name asked for (for failed-login reports).
@@ -55,7 +59,7 @@ pub async fn session_setup(
         .clone()
         .ok_or(status::INVALID_PARAMETER)?;
     if req.flags & SESSION_FLAG_BINDING != 0 {
-        return Err(status::REQUEST_NOT_ACCEPTED);
+        return bind(conn, ctx, req, &neg).await;
     }
     let sid = if ctx.hdr.session_id == 0 {
         let live = conn
@@ -67,8 +71,7 @@ pub async fn session_setup(
         if live >= MAX_SESSIONS_PER_CONNECTION {
             return Err(status::INSUFFICIENT_RESOURCES);
         }
-        let sid = conn.state.next_session_id;
-        conn.state.next_session_id += 1;
+        let sid = conn.shared.sessions().next_session_id();
         let ntlm = new_exchange(conn);
         conn.state
             .sessions
@@ -158,6 +161,7 @@ pub async fn session_setup(
                 if anonymous || !user.eq_ignore_ascii_case(&s.user) {
                     // A session cannot change hands: refuse and end it.
                     tracing::info!(peer = %conn.state.peer, "re-authentication as another user refused");
+                    conn.shared.sessions().withdraw(sid, conn.conn_id);
                     s.trees.clear();
                     let opens: Vec<_> = s.opens.drain().map(|(_, o)| o).collect();
                     for o in opens {
@@ -226,7 +230,7 @@ pub async fn session_setup(
                     (neg.cipher, keys.encryption(), keys.decryption())
                 {
                     s.encrypt_key = CipherKey::new(c, e).ok().map(std::sync::Arc::new);
-                    s.decrypt_key = CipherKey::new(c, d).ok();
+                    s.decrypt_key = CipherKey::new(c, d).ok().map(Arc::new);
                 }
                 s.signing_required = require_signing;
                 if encrypt_all {
@@ -246,9 +250,30 @@ pub async fn session_setup(
                     encrypt_all: s.encrypt_data,
                 });
             }
-            s.user = user;
+            if let (false, Some(key)) = (anonymous, s.signing_key.clone()) {
+                conn.shared.sessions().publish(SessionEntry {
+                    session_id: sid,
+                    owner_conn: conn.conn_id,
+                    owner: conn.inbox.clone(),
+                    user: user.clone(),
+                    dialect: neg.dialect,
+                    cipher: neg.cipher,
+                    signing_key: key,
+                    decrypt_key: s.decrypt_key.clone(),
+                    signing_required: s.signing_required,
+                    channels: AtomicUsize::new(0),
+                    observer: observer.clone(),
+                });
+            }
+            if let Some(o) = &observer {
+                o.channel_added(conn.traffic.clone());
+            }
+            s.user = user.clone();
             s.observer = observer;
             s.auth = AuthState::Valid;
+            if !anonymous && req.previous_session_id != 0 && req.previous_session_id != sid {
+                close_previous(conn, req.previous_session_id, &user).await;
+            }
             let mut body = Vec::with_capacity(token.len() + 8);
             encode_session_setup_response(&mut body, flags, &token);
             Ok(Reply {
@@ -266,6 +291,7 @@ pub async fn session_setup(
             if reauth {
                 // A failed re-authentication ends the session (it stays as a tombstone so
                 // later requests get USER_SESSION_DELETED).
+                conn.shared.sessions().withdraw(sid, conn.conn_id);
                 let opens: Vec<_> = match conn.state.sessions.get_mut(&sid) {
                     Some(s) => {
                         s.trees.clear();
@@ -292,12 +318,194 @@ pub async fn logoff(conn: &mut Connection, ctx: &mut Ctx<'_>) -> HResult {
         .get_mut(&ctx.session_id)
         .ok_or(status::USER_SESSION_DELETED)?;
     s.auth = AuthState::Expired;
-    let opens: Vec<_> = s.opens.drain().map(|(_, o)| o).collect();
-    s.trees.clear();
-    for o in opens {
-        let _ = super::create::close_open(o).await;
-    }
+    conn.end_session(ctx.session_id).await;
     let mut body = Vec::new();
     encode_empty_response(&mut body);
     Ok(Reply::ok(body))
+}
+
+/// An error answer to a binding leg, signed with the session's key when the request's
+/// signature proved the client holds it.
+fn bind_error(st: u32, key: Option<SigningKey>) -> HResult {
+    Ok(Reply {
+        force_sign: key.is_some(),
+        sign_with: key,
+        ..Reply::error(st)
+    })
+}
+
+/// SESSION_SETUP with SMB2_SESSION_FLAG_BINDING (MS-SMB2 3.3.5.5.2): this connection
+/// authenticates again as the session's user and becomes one of its channels, with a
+/// signing key of its own derived from this authentication (and, for 3.1.1, this
+/// connection's preauth hash).
+async fn bind(
+    conn: &mut Connection,
+    ctx: &mut Ctx<'_>,
+    req: SessionSetupRequest<'_>,
+    neg: &Negotiated,
+) -> HResult {
+    let sid = ctx.hdr.session_id;
+    if sid == 0 {
+        return Err(status::INVALID_PARAMETER);
+    }
+    if conn.state.sessions.contains_key(&sid) {
+        // Already this connection's own session.
+        return Err(status::REQUEST_NOT_ACCEPTED);
+    }
+    let (entry, ntlm, mut preauth) = match conn.state.channels.remove(&sid) {
+        Some(Channel::Binding {
+            entry,
+            ntlm,
+            preauth,
+        }) => {
+            if !(ctx.hdr.is_signed() && entry.signing_key.verify(ctx.msg).is_ok()) {
+                return Err(status::INVALID_PARAMETER);
+            }
+            (entry, ntlm, preauth)
+        }
+        Some(bound) => {
+            conn.state.channels.insert(sid, bound);
+            return Err(status::REQUEST_NOT_ACCEPTED);
+        }
+        None => {
+            let entry = conn
+                .shared
+                .sessions()
+                .find(sid)
+                .ok_or(status::USER_SESSION_DELETED)?;
+            let signed_ok = ctx.hdr.is_signed() && entry.signing_key.verify(ctx.msg).is_ok();
+            let terms = ChannelTerms {
+                dialect: neg.dialect,
+                signing: neg.signing,
+                cipher: neg.cipher,
+            };
+            if let Err(st) = may_bind(&entry, terms, signed_ok) {
+                return bind_error(st, signed_ok.then(|| entry.signing_key.clone()));
+            }
+            let ntlm = Box::new(new_exchange(conn));
+            (entry, ntlm, conn.state.preauth)
+        }
+    };
+    let session_key_signer = entry.signing_key.clone();
+    if neg.dialect == DIALECT_311 {
+        preauth.update(ctx.msg);
+    }
+    let token = req.security_buffer.to_vec();
+    let backend = conn.backend.clone();
+    let mut ntlm = ntlm;
+    let stepped = tokio::task::spawn_blocking(move || {
+        let lookup = Lookup(backend, std::sync::Mutex::new(None));
+        let r = ntlm.step(&token, &lookup);
+        let user = lookup.1.into_inner().unwrap_or_else(|p| p.into_inner());
+        (ntlm, (r, user))
+    })
+    .await;
+    let Ok((ntlm, (result, tried_user))) = stepped else {
+        return Err(status::INTERNAL_ERROR);
+    };
+    match result {
+        Ok(AuthStep::Continue(token)) => {
+            conn.state.channels.insert(
+                sid,
+                Channel::Binding {
+                    entry,
+                    ntlm,
+                    preauth,
+                },
+            );
+            let mut body = Vec::with_capacity(token.len() + 8);
+            encode_session_setup_response(&mut body, 0, &token);
+            Ok(Reply {
+                session_id: Some(sid),
+                preauth: Some(PreauthTarget::Channel(sid)),
+                force_sign: true,
+                sign_with: Some(session_key_signer),
+                ..Reply::with_status(status::MORE_PROCESSING_REQUIRED, body)
+            })
+        }
+        Ok(AuthStep::Done {
+            token,
+            user,
+            session_key,
+            anonymous,
+            ..
+        }) => {
+            if anonymous || !user.eq_ignore_ascii_case(&entry.user) {
+                tracing::info!(peer = %conn.state.peer, "binding as another user refused");
+                return bind_error(status::ACCESS_DENIED, Some(session_key_signer));
+            }
+            if entry.channels.load(Ordering::Relaxed) >= crate::server::channel::MAX_BOUND_CHANNELS
+            {
+                return bind_error(status::INSUFFICIENT_RESOURCES, Some(session_key_signer));
+            }
+            let key_dialect = match neg.dialect {
+                DIALECT_311 => KeyDialect::Smb311 {
+                    preauth_hash: *preauth.value(),
+                },
+                _ => KeyDialect::Smb30,
+            };
+            let keys = SessionKeys::derive(&session_key, key_dialect, neg.cipher);
+            let signing_key = SigningKey::new(neg.signing, keys.signing());
+            let via = Arc::new(Via {
+                conn_id: conn.conn_id,
+                signing_key: signing_key.clone(),
+                out: conn.out.clone(),
+                gone: conn.gone.clone(),
+            });
+            tracing::info!(peer = %conn.state.peer, session = sid, "channel bound to session");
+            if let Some(o) = &entry.observer {
+                o.channel_added(conn.traffic.clone());
+            }
+            let slot = ChannelSlot::take(&entry);
+            conn.state
+                .channels
+                .insert(sid, Channel::Bound { entry, via, slot });
+            let mut body = Vec::with_capacity(token.len() + 8);
+            encode_session_setup_response(&mut body, 0, &token);
+            Ok(Reply {
+                session_id: Some(sid),
+                force_sign: true,
+                sign_with: Some(signing_key),
+                ..Reply::ok(body)
+            })
+        }
+        Err(e) => {
+            tracing::info!(peer = %conn.state.peer, error = %e, "SMB channel binding failed");
+            if matches!(e, crate::auth::AuthError::LogonFailure) {
+                conn.backend
+                    .auth_failed(tried_user.as_deref(), conn.state.peer);
+            }
+            bind_error(e.nt_status(), Some(session_key_signer))
+        }
+    }
+}
+
+/// How long a reconnecting client's SESSION_SETUP waits for its previous session's
+/// connection to close that session.
+const CLOSE_PREVIOUS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Ends the session a reconnecting client names as PreviousSessionId, when it belongs to
+/// the same user (MS-SMB2 3.3.5.5.3), whichever connection holds it.
+async fn close_previous(conn: &mut Connection, previous: u64, user: &str) {
+    if let Some(s) = conn.state.sessions.get(&previous) {
+        if s.is_valid() && s.user.eq_ignore_ascii_case(user) {
+            conn.end_session(previous).await;
+        }
+        return;
+    }
+    let Some(entry) = conn.shared.sessions().find(previous) else {
+        return;
+    };
+    let (done, wait) = tokio::sync::oneshot::channel();
+    let asked = entry
+        .owner
+        .send(Inbound::CloseSession {
+            session_id: previous,
+            user: user.to_string(),
+            done,
+        })
+        .await;
+    if asked.is_ok() {
+        let _ = tokio::time::timeout(CLOSE_PREVIOUS_TIMEOUT, wait).await;
+    }
 }
