@@ -75,9 +75,11 @@ pub struct ServeArgs {
     /// Where the config database and, for the embedded default pool, the pool (`DIR/pool`) live.
     #[arg(long, env = "QUARRY_DATA", default_value = "./quarry-data")]
     pub data: PathBuf,
-    /// SMB over direct TCP.
-    #[arg(long, env = "QUARRY_SMB_LISTEN", default_value = "0.0.0.0:445")]
-    pub smb_listen: SocketAddr,
+    /// SMB over direct TCP. Several addresses, comma-separated (or the flag repeated),
+    /// give multichannel clients several paths to the server: each is reported to them
+    /// as an interface to bind further channels over.
+    #[arg(long, env = "QUARRY_SMB_LISTEN", default_value = "0.0.0.0:445", value_delimiter = ',', num_args = 1..)]
+    pub smb_listen: Vec<SocketAddr>,
     /// NVMe/TCP, I/O and discovery.
     #[arg(long, env = "QUARRY_NVME_LISTEN", default_value = "0.0.0.0:4420")]
     pub nvme_listen: SocketAddr,

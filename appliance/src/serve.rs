@@ -102,7 +102,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Bind first: a port problem is the most common start failure, and should be the
     // first and only thing reported.
     let http = bind(args.http_listen, "--http-listen", "HTTP")?;
-    let smb = bind(args.smb_listen, "--smb-listen", "SMB")?;
+    let smb = args
+        .smb_listen
+        .iter()
+        .map(|a| bind(*a, "--smb-listen", "SMB"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let nvme = bind(args.nvme_listen, "--nvme-listen", "NVMe/TCP")?;
     let https = match args.https_listen.0 {
         Some(addr) => Some(bind(addr, "--https-listen", "HTTPS")?),
@@ -172,7 +176,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
 
     tracing::info!(url = %format!("http://{}/", args.http_listen), "web UI and REST API listening (API at /api/v1)");
-    tracing::info!(url = %format!("smb://{}/", args.smb_listen), "SMB listening");
+    for addr in &args.smb_listen {
+        tracing::info!(url = %format!("smb://{addr}/"), "SMB listening");
+    }
     tracing::info!(url = %format!("nvme+tcp://{}", args.nvme_listen), "NVMe/TCP listening");
     if let Some(addr) = args.nvme_discovery_listen {
         tracing::info!(url = %format!("nvme+tcp://{addr}"), "NVMe/TCP discovery listening");
@@ -329,7 +335,11 @@ async fn watchdog(shutdown: CancellationToken) -> anyhow::Result<()> {
 
 /// Refuses obviously wrong argument combinations before anything starts.
 pub fn check_args(args: &ServeArgs) -> anyhow::Result<()> {
-    let mut addrs = vec![args.http_listen, args.smb_listen, args.nvme_listen];
+    if args.smb_listen.is_empty() {
+        bail!("--smb-listen needs at least one ADDR:PORT");
+    }
+    let mut addrs = vec![args.http_listen, args.nvme_listen];
+    addrs.extend(args.smb_listen.iter().copied());
     addrs.extend(args.nvme_discovery_listen);
     for (i, a) in addrs.iter().enumerate() {
         if addrs[..i].contains(a) && a.port() != 0 {

@@ -35,6 +35,20 @@ struct Entry {
     ops: AtomicU64,
     errors: AtomicU64,
     cancel: CancellationToken,
+    channels: Mutex<Vec<Arc<quarry_smb::server::ChannelTraffic>>>,
+}
+
+/// One connection an SMB session runs over (several with multichannel).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct ChannelInfo {
+    /// Client address of the connection.
+    pub client: String,
+    /// Server address the client connected to.
+    pub server: String,
+    /// Bytes received on it (requests, write payloads), as framed on the socket.
+    pub bytes_received: u64,
+    /// Bytes sent on it (responses, read payloads).
+    pub bytes_sent: u64,
 }
 
 /// What protects a session: the dialect, signing algorithm and cipher it negotiated.
@@ -76,6 +90,9 @@ pub struct SessionInfo {
     pub errors: u64,
     /// What protects the session (SMB), once known.
     pub security: Option<Security>,
+    /// The connections an SMB session runs over now: the one that set it up, then each
+    /// channel bound to it (multichannel). Empty for NVMe.
+    pub channels: Vec<ChannelInfo>,
 }
 
 /// Registry of live sessions, shared by every service and the API.
@@ -112,6 +129,16 @@ impl SessionGuard {
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(security);
     }
+    /// Adds a connection the session runs over (its byte counters are read at listing).
+    pub fn add_channel(&self, traffic: Arc<quarry_smb::server::ChannelTraffic>) {
+        let mut c = self
+            .entry
+            .channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        c.retain(|t| t.open.load(Ordering::Relaxed));
+        c.push(traffic);
+    }
     /// The session's id in the registry.
     pub fn id(&self) -> u64 {
         self.entry.id
@@ -119,6 +146,22 @@ impl SessionGuard {
     /// A handle the data path counts the session's operations through.
     pub fn counters(&self) -> ClientCounters {
         ClientCounters(self.entry.clone())
+    }
+}
+
+impl Entry {
+    /// The session's open connections with their counters now.
+    fn channel_list(&self) -> Vec<ChannelInfo> {
+        let c = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        c.iter()
+            .filter(|t| t.open.load(Ordering::Relaxed))
+            .map(|t| ChannelInfo {
+                client: t.peer.to_string(),
+                server: t.local.to_string(),
+                bytes_received: t.received.load(Ordering::Relaxed),
+                bytes_sent: t.sent.load(Ordering::Relaxed),
+            })
+            .collect()
     }
 }
 
@@ -171,6 +214,7 @@ impl SessionRegistry {
             ops: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             cancel: cancel.clone(),
+            channels: Mutex::new(Vec::new()),
         });
         self.entries
             .lock()
@@ -202,6 +246,7 @@ impl SessionRegistry {
                 operations: e.ops.load(Ordering::Relaxed),
                 errors: e.errors.load(Ordering::Relaxed),
                 security: e.security.lock().map(|s| s.clone()).unwrap_or_default(),
+                channels: e.channel_list(),
             })
             .collect();
         out.sort_by_key(|s| s.id);

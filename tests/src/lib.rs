@@ -144,6 +144,16 @@ impl QuarryProcess {
 
     /// Starts an appliance with extra environment variables.
     pub fn start_with(data: &Path, env: &[(&str, &str)]) -> anyhow::Result<QuarryProcess> {
+        Self::start_with_smb_also(data, env, &[])
+    }
+
+    /// Starts an appliance whose SMB server also listens on `more_smb` (other loopback
+    /// addresses, same port as [`QuarryProcess::smb`]): multichannel paths.
+    pub fn start_with_smb_also(
+        data: &Path,
+        env: &[(&str, &str)],
+        more_smb: &[std::net::IpAddr],
+    ) -> anyhow::Result<QuarryProcess> {
         std::fs::create_dir_all(data)?;
         let [http, smb, nvme, https] = free_ports::<4>()?;
         let (http, smb, nvme, https): (SocketAddr, SocketAddr, SocketAddr, SocketAddr) = (
@@ -169,7 +179,14 @@ impl QuarryProcess {
             .arg("--data")
             .arg(data)
             .args(["--http-listen", &http.to_string()])
-            .args(["--smb-listen", &smb.to_string()])
+            .args([
+                "--smb-listen",
+                &std::iter::once(smb)
+                    .chain(more_smb.iter().map(|ip| SocketAddr::new(*ip, smb.port())))
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ])
             .args(["--nvme-listen", &nvme.to_string()])
             .args(["--https-listen", &https.to_string()])
             .env("QUARRY_ADMIN_PASSWORD", ADMIN_PASSWORD)

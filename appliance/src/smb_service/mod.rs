@@ -17,9 +17,9 @@ use crate::sessions::{Protocol, SessionGuard};
 use crate::state::{AppState, ConfigChange};
 use posix_fs::{PosixShareConfig, PosixShareFs};
 
-/// Serves SMB on `listener` until `shutdown` is cancelled.
+/// Serves SMB on `listeners` until `shutdown` is cancelled.
 pub async fn run(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     state: AppState,
     ciphers: Vec<quarry_smb::crypto::Cipher>,
     shutdown: CancellationToken,
@@ -49,7 +49,7 @@ pub async fn run(
         ciphers,
         ..ServerConfig::new()
     };
-    server::serve(listener, backend, config, shutdown).await?;
+    server::serve(listeners, backend, config, shutdown).await?;
     Ok(())
 }
 
@@ -171,6 +171,9 @@ impl SessionObserver for Observer {
     }
     fn set_target(&self, target: String) {
         self.guard.set_target(target);
+    }
+    fn channel_added(&self, traffic: Arc<server::ChannelTraffic>) {
+        self.guard.add_channel(traffic);
     }
     fn cancelled(&self) -> CancellationToken {
         self.cancel.clone()
