@@ -24,6 +24,7 @@ const PASSING: &[&str] = &[
     "smb2.compound.create-write-close",
     "smb2.compound.interim1",
     "smb2.compound.invalid1",
+    "smb2.compound.invalid2",
     "smb2.compound.invalid3",
     "smb2.compound.invalid4",
     "smb2.compound.related1",

@@ -859,7 +859,13 @@ impl Connection {
             // A failed CREATE, or a first element wrongly marked related, poisons the chain.
             let is_create = hdr.command() == Some(Command::Create) || (i == 0 && hdr.is_related());
             chain = Chain {
-                session_id: rh.session_id,
+                // Only a session that exists carries over: a related request after one
+                // naming an unknown session has none (MS-SMB2 3.3.5.2.7.2; Samba too).
+                session_id: if self.state.sessions.contains_key(&rh.session_id) {
+                    rh.session_id
+                } else {
+                    0
+                },
                 tree_id: rh.tree_id,
                 file_id: reply
                     .file_id
@@ -904,12 +910,14 @@ impl Connection {
             }
             let mut sign =
                 signed_req || reply.force_sign || self.session_requires_signing(rh.session_id);
-            if reply.status == status::USER_SESSION_DELETED
-                && hdr.is_signed()
+            if matches!(
+                reply.status,
+                status::USER_SESSION_DELETED | status::INVALID_PARAMETER
+            ) && hdr.is_signed()
                 && !self.state.sessions.contains_key(&rh.session_id)
             {
                 // No key to sign with: mark it signed and echo the request's signature, which
-                // clients accept for this status (Samba's smbXcli requires the flag).
+                // clients accept for these statuses (Samba's smbXcli requires the flag).
                 let flags = u32::from_le_bytes([msg[16], msg[17], msg[18], msg[19]]) | FLAG_SIGNED;
                 msg[16..20].copy_from_slice(&flags.to_le_bytes());
                 msg[48..64].copy_from_slice(&hdr.signature);
@@ -1246,7 +1254,8 @@ impl Connection {
                 }
             }
         } else if needs_session {
-            if self.state.negotiated.is_none() {
+            if self.state.negotiated.is_none() || related {
+                // A related request without a session of its chain is malformed.
                 return (Reply::error(status::INVALID_PARAMETER), false);
             }
             return (Reply::error(status::USER_SESSION_DELETED), false);
