@@ -339,7 +339,8 @@ async function main() {
 
     // NVMe: a subsystem with an allowed host, a namespace over a volume made from the
     // page, hosts opened to any host, the namespace removed, the subsystem deleted.
-    const NQN = "nqn.2026-01.io.quarry:webui";
+    // Characters that would end or split a URL path segment: the forms must escape them.
+    const NQN = "nqn.2026-01.io.quarry:webui/a?b#c%d";
     const HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:0f6c1e7a-0000-4000-8000-000000000001";
     await page.goto(BASE + "/ui/volumes");
     await page.fill('#volume-form input[name="name"]', "nvol");

@@ -28,33 +28,64 @@ pub fn human_bytes(n: u64) -> String {
 /// Parses a size typed into a form: `"100 MiB"`, `"1.5G"`, `"4096"`, `"2 TiB"`.
 /// Suffixes `K`, `M`, `G`, `T`, `P` (optionally followed by `iB` or `B`, any case) are
 /// powers of 1024. An empty field is `Ok(None)` (no limit). Errors are one sentence.
+/// The arithmetic is exact in integers (a fraction is rounded to the nearest byte once),
+/// so sizes above 2^53 bytes come out as typed.
 pub fn parse_size(text: &str) -> Result<Option<u64>, String> {
     let t = text.trim();
     if t.is_empty() {
         return Ok(None);
     }
+    let not_a_size = || format!("{text:?} is not a size (try \"10 GiB\")");
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (number, suffix) = t.split_at(split);
     let suffix = suffix.trim().to_ascii_lowercase();
-    let shift = match suffix.trim_end_matches("ib").trim_end_matches('b') {
+    let shift: u32 = match suffix.trim_end_matches("ib").trim_end_matches('b') {
         "" => 0,
         "k" => 10,
         "m" => 20,
         "g" => 30,
         "t" => 40,
         "p" => 50,
-        _ => return Err(format!("{text:?} is not a size (try \"10 GiB\")")),
+        _ => return Err(not_a_size()),
     };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size (try \"10 GiB\")"))?;
-    let bytes = value * (1u64 << shift) as f64;
-    if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
-        return Err(format!("{text:?} is out of range"));
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+        return Err(not_a_size());
     }
-    Ok(Some(bytes.round() as u64))
+    // At most 18 fraction digits count (below a byte even at PiB); the rest are dropped.
+    let fraction = &fraction[..fraction.len().min(18)];
+    let out_of_range = || format!("{text:?} is out of range");
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| out_of_range())?
+    };
+    let mut bytes = whole
+        .checked_shl(shift)
+        .filter(|b| b >> shift == whole)
+        .ok_or_else(out_of_range)?;
+    if !fraction.is_empty() {
+        let numerator: u128 = fraction.parse().map_err(|_| not_a_size())?;
+        let denominator = 10u128.pow(fraction.len() as u32);
+        bytes += ((numerator << shift) + denominator / 2) / denominator;
+    }
+    u64::try_from(bytes).map(Some).map_err(|_| out_of_range())
+}
+
+/// Percent-encodes `text` as one URL path segment: everything but unreserved characters
+/// (RFC 3986: letters, digits, `-._~`) and `:` / `@` becomes `%XX`.
+pub fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~:@".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// SVG polyline points for `values` in a [`CHART_WIDTH`]×[`CHART_HEIGHT`] box scaled to
@@ -115,6 +146,28 @@ mod tests {
         assert!(parse_size("10 XB").is_err());
         assert!(parse_size("1e30").is_err());
         assert!(parse_size("99999999999 PiB").is_err());
+        // Exact above 2^53, and fractions round once.
+        assert_eq!(
+            parse_size("9007199254740993"),
+            Ok(Some(9_007_199_254_740_993))
+        );
+        assert_eq!(parse_size("18446744073709551615"), Ok(Some(u64::MAX)));
+        assert!(parse_size("18446744073709551616").is_err());
+        assert_eq!(parse_size("15 PiB"), Ok(Some(15 << 50)));
+        assert_eq!(parse_size("0.5k"), Ok(Some(512)));
+        assert_eq!(parse_size(".25 KiB"), Ok(Some(256)));
+        assert_eq!(parse_size("1.0000000001 K"), Ok(Some(1024)));
+        assert!(parse_size("1.2.3").is_err());
+        assert!(parse_size(".").is_err());
+    }
+
+    #[test]
+    fn path_segments_escape_what_would_change_the_url() {
+        assert_eq!(
+            path_segment("nqn.2014-08.org.example:vol/1?x#y%z"),
+            "nqn.2014-08.org.example:vol%2F1%3Fx%23y%25z"
+        );
+        assert_eq!(path_segment("a b"), "a%20b");
     }
 
     #[test]

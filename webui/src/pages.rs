@@ -3,6 +3,19 @@
 
 use askama::Template;
 
+/// Filters the page templates use beyond askama's own.
+mod filters {
+    /// Percent-encodes a value for one URL path segment (an NQN may hold `/`, `?`, `#` or
+    /// `%`, which would otherwise change the URL a form posts to); the server's path
+    /// extractor decodes it back.
+    pub fn path_segment<T: std::fmt::Display>(
+        value: T,
+        _: &dyn askama::Values,
+    ) -> askama::Result<String> {
+        Ok(crate::format::path_segment(&value.to_string()))
+    }
+}
+
 /// A problem detail shown in a page's error banner (the API's RFC 9457 fields).
 #[derive(Debug, Clone, Default)]
 pub struct ProblemView {
