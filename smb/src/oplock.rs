@@ -538,6 +538,46 @@ impl<S: Clone> OplockTable<S> {
         Ok(held)
     }
 
+    /// Points the grant `open` of `file` takes part in at a new session and connection (a
+    /// durable handle reclaimed after its connection was lost); returns what it holds, as
+    /// a CREATE response states it, or `None` when it holds nothing.
+    pub fn reattach(
+        &mut self,
+        file: FileKey,
+        open: OpenId,
+        session_id: u64,
+        sink: S,
+    ) -> Option<Granted> {
+        let e = self
+            .files
+            .get_mut(&file)?
+            .iter_mut()
+            .find(|e| e.holds(open))?;
+        for h in e.opens.iter_mut().filter(|h| h.open == open) {
+            h.session_id = session_id;
+        }
+        e.sink = sink;
+        Some(if e.is_oplock() {
+            Granted {
+                oplock_level: oplock_level(e.state),
+                lease: None,
+            }
+        } else {
+            Granted {
+                oplock_level: OPLOCK_LEVEL_LEASE,
+                lease: Some((e.state, e.epoch)),
+            }
+        })
+    }
+
+    /// Whether `open` of `file` holds handle caching (a batch oplock, or a lease with H):
+    /// what a durable handle requires.
+    pub fn holds_handle_caching(&self, file: FileKey, open: OpenId) -> bool {
+        self.files
+            .get(&file)
+            .is_some_and(|l| l.iter().any(|e| e.holds(open) && e.state & H != 0))
+    }
+
     /// Forgets `open` of `file` (CLOSE, logoff, disconnect).
     pub fn close(&mut self, file: FileKey, open: OpenId) {
         if let Some(list) = self.files.get_mut(&file) {

@@ -1,7 +1,8 @@
 //! SMB interop with the Python clients against the real `quarry` binary: `smbprotocol` (PyPI)
 //! with encryption on, including a directory of 5,000 files listed completely and path-escape
 //! attempts that smbclient would fold away; and impacket 0.13's SMBConnection, through the
-//! SMB1 NEGOTIATE upgrade and directly with 3.1.1.
+//! SMB1 NEGOTIATE upgrade and directly with 3.1.1; and a durable handle (v2) that survives
+//! its TCP connection being destroyed and is reclaimed on a new one to go on writing.
 
 use std::process::Command;
 
@@ -258,4 +259,75 @@ fn opens_on_different_connections_keep_their_own_share_modes() {
     let q = setup();
     let out = python(&q, SMBPROTOCOL_OPENS_ACROSS_CONNECTIONS);
     assert!(out.contains("OK"), "{out}");
+}
+
+/// A durable v2 open with a batch oplock writes 4 MiB; its TCP connection is destroyed
+/// (`ss -K`); a new connection and session reclaim the same open (DH2C, same FileId and
+/// CreateGuid), write 4 MiB more after the first and read all 8 MiB back.
+const SMBPROTOCOL_DURABLE_RECONNECT: &str = r#"
+import os, uuid, subprocess, time
+from smbprotocol.connection import Connection
+from smbprotocol.session import Session
+from smbprotocol.tree import TreeConnect
+from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes, RequestedOplockLevel
+from smbprotocol.create_contexts import CreateContextName, SMB2CreateContextRequest, SMB2CreateDurableHandleRequestV2, SMB2CreateDurableHandleReconnectV2
+from smbprotocol.exceptions import SMBResponseException
+port = int(os.environ["PORT"])
+guid = uuid.uuid4()
+def connect():
+    conn = Connection(uuid.uuid4(), "127.0.0.1", port); conn.connect()
+    sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"], require_encryption=False); sess.connect()
+    tree = TreeConnect(sess, r"\\127.0.0.1\data"); tree.connect()
+    return conn, tree
+def context(name, data):
+    c = SMB2CreateContextRequest(); c["buffer_name"] = name; c["buffer_data"] = data; return c
+def create(tree, contexts):
+    o = Open(tree, "ckpt.bin")
+    got = o.create(ImpersonationLevel.Impersonation,
+                   FilePipePrinterAccessMask.GENERIC_READ | FilePipePrinterAccessMask.GENERIC_WRITE,
+                   FileAttributes.FILE_ATTRIBUTE_NORMAL, ShareAccess.FILE_SHARE_READ,
+                   CreateDisposition.FILE_OVERWRITE_IF, CreateOptions.FILE_NON_DIRECTORY_FILE,
+                   create_contexts=contexts, oplock_level=RequestedOplockLevel.SMB2_OPLOCK_LEVEL_BATCH)
+    return o, got
+conn, tree = connect()
+req = SMB2CreateDurableHandleRequestV2(); req["timeout"] = 60000; req["create_guid"] = guid
+o, got = create(tree, [context(CreateContextName.SMB2_CREATE_DURABLE_HANDLE_REQUEST_V2, req)])
+assert any(type(c).__name__ == "SMB2CreateDurableHandleResponseV2" for c in (got or [])), got
+part1 = os.urandom(4 * 1024 * 1024)
+o.write(part1, 0)
+file_id = o.file_id
+subprocess.run(["ss", "-K", "dst", "127.0.0.1", "dport", "=", str(port)], check=True, capture_output=True)
+try:
+    o.write(b"lost", 0)
+    raise SystemExit("a write on the destroyed connection succeeded")
+except SystemExit:
+    raise
+except Exception as e:
+    print("write on the cut connection failed:", type(e).__name__)
+conn2, tree2 = connect()
+rc = SMB2CreateDurableHandleReconnectV2(); rc["file_id"] = file_id; rc["create_guid"] = guid
+for attempt in range(20):
+    try:
+        o2, _ = create(tree2, [context(CreateContextName.SMB2_CREATE_DURABLE_HANDLE_RECONNECT_V2, rc)])
+        break
+    except SMBResponseException as e:
+        # The server may not have seen the old connection die yet.
+        assert e.status == 0xC0000034, hex(e.status)
+        time.sleep(0.1)
+else:
+    raise SystemExit("the durable handle was never reclaimed")
+assert o2.file_id == file_id, (o2.file_id, file_id)
+part2 = os.urandom(4 * 1024 * 1024)
+o2.write(part2, len(part1))
+back = o2.read(0, 4 * 1024 * 1024) + o2.read(4 * 1024 * 1024, 4 * 1024 * 1024)
+assert back == part1 + part2, "data differs after the reconnect"
+o2.close()
+print("OK reclaimed after", attempt, "retries")
+"#;
+
+#[test]
+fn smbprotocol_durable_handle_survives_a_destroyed_connection() {
+    let q = setup();
+    let out = python(&q, SMBPROTOCOL_DURABLE_RECONNECT);
+    assert!(out.contains("OK reclaimed"), "{out}");
 }

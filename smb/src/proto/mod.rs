@@ -18,6 +18,7 @@
 
 pub mod create;
 pub mod dir;
+pub mod durable;
 pub mod framing;
 pub mod fsinfo;
 pub mod header;

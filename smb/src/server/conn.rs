@@ -693,28 +693,42 @@ impl Connection {
                     .get(&session_id)
                     .is_some_and(|s| s.is_valid() && s.user.eq_ignore_ascii_case(&user));
                 if same_user {
-                    self.end_session(session_id).await;
+                    self.end_session(session_id, true).await;
                 }
                 let _ = done.send(());
             }
         }
     }
 
+    /// The ClientGuid this connection negotiated with (zeros before NEGOTIATE).
+    fn client_guid(&self) -> [u8; 16] {
+        self.state
+            .negotiated
+            .as_ref()
+            .map_or([0; 16], |n| n.client_guid)
+    }
+
     /// Ends a session: it stays as a tombstone (USER_SESSION_DELETED for late requests),
-    /// leaves the directory, and its trees and opens are closed.
-    pub async fn end_session(&mut self, session_id: u64) {
+    /// leaves the directory, and its trees and opens are closed, except that with
+    /// `keep_durable` (a reconnecting client replaced the session) its durable opens are
+    /// kept for the client to reclaim.
+    pub async fn end_session(&mut self, session_id: u64, keep_durable: bool) {
         self.shared.sessions().withdraw(session_id, self.conn_id);
+        let client_guid = self.client_guid();
+        let owner = |user: &str| super::durable::Owner {
+            user: user.to_string(),
+            client_guid,
+        };
         let opens: Vec<_> = match self.state.sessions.get_mut(&session_id) {
             Some(s) => {
+                let keep = (keep_durable && s.is_valid()).then(|| owner(&s.user));
                 s.auth = AuthState::Expired;
                 s.trees.clear();
-                s.opens.drain().map(|(_, o)| o).collect()
+                s.opens.drain().map(|(_, o)| (o, keep.clone())).collect()
             }
             None => return,
         };
-        for o in opens {
-            let _ = super::handlers::create::close_open(o).await;
-        }
+        close_or_keep(self.shared.clone(), opens).await;
     }
 
     /// Processes a decrypted frame: each element's checks and dispatch, then the signed,
@@ -991,18 +1005,24 @@ impl Connection {
     /// Closes every open of every session (share-mode entries, locks, delete-on-close) when
     /// the connection ends, however it ends.
     pub async fn cleanup(&mut self) {
+        let client_guid = self.client_guid();
+        let owner = |user: &str| super::durable::Owner {
+            user: user.to_string(),
+            client_guid,
+        };
         let mut opens = Vec::new();
         for id in self.state.sessions.keys() {
             self.shared.sessions().withdraw(*id, self.conn_id);
         }
         for s in self.state.sessions.values_mut() {
             s.trees.clear();
-            opens.extend(s.opens.drain().map(|(_, o)| o));
+            // Durable opens of a live session outlast the connection (a logged-off
+            // session has none left).
+            let keep = s.is_valid().then(|| owner(&s.user));
+            opens.extend(s.opens.drain().map(|(_, o)| (o, keep.clone())));
         }
         self.state.sessions.clear();
-        for o in opens {
-            let _ = super::handlers::create::close_open(o).await;
-        }
+        close_or_keep(self.shared.clone(), opens).await;
     }
 
     /// Re-checks every waiting operation; returns the final responses of those that finished
@@ -1371,5 +1391,22 @@ impl Connection {
         rh.encode(&mut msg);
         msg.extend_from_slice(&body);
         Ok(msg)
+    }
+}
+
+/// Closes opens, keeping for reconnection the durable ones whose owner is given.
+async fn close_or_keep(
+    shared: Arc<SharedState>,
+    opens: Vec<(super::state::Open, Option<super::durable::Owner>)>,
+) {
+    for (o, keep) in opens {
+        let o = match keep {
+            Some(user) if o.durable.is_some() => match super::durable::preserve(&shared, o, user) {
+                None => continue,
+                Some(o) => o,
+            },
+            _ => o,
+        };
+        let _ = super::handlers::create::close_open(o).await;
     }
 }

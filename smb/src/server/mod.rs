@@ -23,6 +23,7 @@ pub mod channel;
 pub mod conn;
 pub mod credits;
 pub mod dispatch;
+pub mod durable;
 pub mod handlers;
 pub mod pending;
 pub mod shared;

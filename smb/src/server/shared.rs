@@ -90,12 +90,19 @@ pub struct SharedState {
     last_file_id: std::sync::atomic::AtomicU64,
     /// Established sessions, for binding further channels to them.
     sessions: super::channel::SessionDirectory,
+    /// Durable opens whose connection was lost.
+    durable: super::durable::DurableTable,
 }
 
 impl SharedState {
     /// The server's pool of READ response buffers.
     pub fn bufs(&self) -> &super::bufpool::BufPool {
         &self.bufs
+    }
+
+    /// Durable opens waiting for their client to reconnect.
+    pub fn durable(&self) -> &super::durable::DurableTable {
+        &self.durable
     }
 
     /// Established sessions and the server-wide session id counter.

@@ -223,4 +223,6 @@ pub struct Open {
     pub mode: u32,
     /// Path relative to the share at open time.
     pub path: String,
+    /// Granted as a durable handle: kept when the connection is lost.
+    pub durable: Option<super::durable::Durable>,
 }

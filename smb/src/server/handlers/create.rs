@@ -1,5 +1,6 @@
 //! CREATE and CLOSE (MS-SMB2 3.3.5.9, 3.3.5.10): access mapping, read-only shares,
-//! delete-on-close, MxAc/QFid create contexts, named pipes on IPC$.
+//! delete-on-close, MxAc/QFid create contexts, durable handles (granted here, kept by
+//! [`crate::server::durable`], reclaimed by a reconnect context), named pipes on IPC$.
 
 use crate::notify;
 use crate::oplock::{Holder, OpenImpact, Want};
@@ -8,14 +9,19 @@ use crate::proto::create::{
     CreateResponse, CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_MXAC, CTX_QFID, FILE_CREATED,
     FILE_DELETE_ON_CLOSE, FILE_OPENED, FILE_OVERWRITTEN, FILE_SUPERSEDED,
 };
+use crate::proto::durable::{
+    decode_reconnect, durable_response, durable_response_v2, DurableReconnectV2, DurableRequestV2,
+    CTX_DURABLE_RECONNECT, CTX_DURABLE_RECONNECT_V2, CTX_DURABLE_REQUEST, CTX_DURABLE_REQUEST_V2,
+};
 use crate::proto::negotiate::DIALECT_210;
 use crate::proto::oplock::{
     lease_response, LeaseRequest, CTX_LEASE, OPLOCK_LEVEL_BATCH, OPLOCK_LEVEL_EXCLUSIVE,
     OPLOCK_LEVEL_II, OPLOCK_LEVEL_LEASE,
 };
 use crate::proto::{status, FileAttrs, FileId, ATTR_NORMAL};
+use crate::server::durable::Durable;
 use crate::server::pending::Wait;
-use crate::server::shared::deliver;
+use crate::server::shared::{deliver, ShareState};
 use crate::share_mode::access::check_may_delete;
 use crate::share_mode::OpenMode;
 use crate::vfs::{self, CreateDisposition};
@@ -138,6 +144,10 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     let Some((fs, read_only, share_state)) = fs else {
         return open_pipe(conn, ctx, &req).await;
     };
+    if let Some(reclaim) = durable_reconnect(&req)? {
+        // Only the reconnect context counts: name, disposition and the rest are ignored.
+        return reconnect(conn, ctx, &req, reclaim, share_state).await;
+    }
     if req.name.starts_with('\\') {
         return Err(status::INVALID_PARAMETER);
     }
@@ -180,6 +190,11 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         access,
         share: req.share_access,
     };
+    if !conn.shared.durable().is_empty() {
+        // A durable handle left by a lost connection gives way to a new open of its file.
+        let shared = conn.shared.clone();
+        close_preserved(&shared, &fs, &share_state, &req.name, req.create_options).await;
+    }
     let has_grants = !share_state.oplocks().is_empty();
     let path = req.name.clone();
     let options = req.create_options;
@@ -321,6 +336,21 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     if let (Some((state, epoch)), Some(lease)) = (granted.lease, lease_request(conn, &req)) {
         contexts.push((CTX_LEASE, lease_response(&lease, state, epoch)));
     }
+    let durable = durable_grant(
+        &req,
+        &share_state,
+        inode,
+        file_id.volatile,
+        opened.info.is_dir,
+    );
+    match durable {
+        Some(d) if d.v2 => contexts.push((
+            CTX_DURABLE_REQUEST_V2,
+            durable_response_v2(u32::try_from(d.timeout.as_millis()).unwrap_or(u32::MAX), 0),
+        )),
+        Some(_) => contexts.push((CTX_DURABLE_REQUEST, durable_response())),
+        None => {}
+    }
     let resp = CreateResponse {
         oplock_level: granted.oplock_level,
         create_action: opened.action.to_wire(),
@@ -360,6 +390,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         position: Default::default(),
         mode: options & 0x0000_0002,
         path: req.name.clone(),
+        durable,
     };
     super::session(conn, ctx)?
         .opens
@@ -408,6 +439,7 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
         position: Default::default(),
         mode: 0,
         path: req.name.clone(),
+        durable: None,
     };
     super::session(conn, ctx)?
         .opens
@@ -477,4 +509,198 @@ pub async fn close(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CloseRequest) 
     let mut body = Vec::with_capacity(60);
     encode_close_response(&mut body, post.as_ref());
     Ok(Reply::ok(body))
+}
+
+/// Which durable handle a CREATE asks to reclaim.
+enum Reclaim {
+    /// DHnC: by FileId.
+    V1(FileId),
+    /// DH2C: by FileId and CreateGuid.
+    V2(DurableReconnectV2),
+}
+
+/// The reconnect context of a CREATE, if any (a malformed one is INVALID_PARAMETER).
+fn durable_reconnect(req: &CreateRequest<'_>) -> Result<Option<Reclaim>, u32> {
+    let has = |name| req.context(name).is_some();
+    let (q1, q2) = (has(CTX_DURABLE_REQUEST), has(CTX_DURABLE_REQUEST_V2));
+    let (c1, c2) = (has(CTX_DURABLE_RECONNECT), has(CTX_DURABLE_RECONNECT_V2));
+    // One version per CREATE (MS-SMB2 3.3.5.9.10, 3.3.5.9.12); a v1 request beside a v1
+    // reconnect is ignored.
+    if (q2 && (q1 || c1 || c2)) || (c2 && (q1 || c1)) {
+        return Err(status::INVALID_PARAMETER);
+    }
+    if let Some(c) = req.context(CTX_DURABLE_RECONNECT_V2) {
+        return DurableReconnectV2::decode(c.data)
+            .map(|r| Some(Reclaim::V2(r)))
+            .map_err(|_| status::INVALID_PARAMETER);
+    }
+    if let Some(c) = req.context(CTX_DURABLE_RECONNECT) {
+        return decode_reconnect(c.data)
+            .map(|id| Some(Reclaim::V1(id)))
+            .map_err(|_| status::INVALID_PARAMETER);
+    }
+    Ok(None)
+}
+
+/// Whether the open just made becomes durable: it asked (DHnQ or DH2Q) and holds handle
+/// caching (a batch oplock, or a lease with H), as MS-SMB2 3.3.5.9.6 and 3.3.5.9.10
+/// require. Directories are not made durable.
+fn durable_grant(
+    req: &CreateRequest<'_>,
+    share: &ShareState,
+    inode: u64,
+    open: u64,
+    is_dir: bool,
+) -> Option<Durable> {
+    let v2 = req
+        .context(CTX_DURABLE_REQUEST_V2)
+        .and_then(|c| DurableRequestV2::decode(c.data).ok());
+    let v1 = req.context(CTX_DURABLE_REQUEST).is_some();
+    if (v2.is_none() && !v1) || is_dir || !share.oplocks().holds_handle_caching(inode, open) {
+        return None;
+    }
+    Some(match v2 {
+        Some(q) => Durable {
+            v2: true,
+            create_guid: q.create_guid,
+            timeout: Durable::v2_timeout(q.timeout_ms),
+        },
+        None => Durable {
+            v2: false,
+            create_guid: [0; 16],
+            timeout: crate::server::durable::DEFAULT_TIMEOUT,
+        },
+    })
+}
+
+/// Closes the durable handles kept for file `name` (their connection is gone) before
+/// another open of it goes on.
+async fn close_preserved(
+    shared: &std::sync::Arc<crate::server::shared::SharedState>,
+    fs: &std::sync::Arc<dyn vfs::ShareFs>,
+    share_state: &std::sync::Arc<ShareState>,
+    name: &str,
+    options: u32,
+) {
+    let probe_fs = fs.clone();
+    let probe_path = name.to_string();
+    let inode = blocking(move || {
+        let r = vfs::CreateRequest {
+            path: &probe_path,
+            disposition: CreateDisposition::Open,
+            options: options & !FILE_DELETE_ON_CLOSE,
+            attributes: 0,
+            write: false,
+            read: false,
+            allocation_size: 0,
+        };
+        Ok(probe_fs.create(&r).ok().map(|o| o.info.file_id))
+    })
+    .await;
+    if let Ok(Some(inode)) = inode {
+        for o in shared.durable().take_file(share_state, inode) {
+            let _ = close_open(o).await;
+        }
+    }
+}
+
+/// Takes back a durable handle (MS-SMB2 3.3.5.9.7, 3.3.5.9.12): same user, same share,
+/// for v2 the same CreateGuid, for a lease the same lease key; it keeps its FileId, locks
+/// and caching, now held by this session.
+async fn reconnect(
+    conn: &mut Connection,
+    ctx: &mut Ctx<'_>,
+    req: &CreateRequest<'_>,
+    reclaim: Reclaim,
+    share_state: std::sync::Arc<ShareState>,
+) -> HResult {
+    let user = super::session(conn, ctx)?.user.clone();
+    let client_guid = conn
+        .state
+        .negotiated
+        .as_ref()
+        .map_or([0; 16], |n| n.client_guid);
+    // A reconnect names its lease whatever OplockLevel says.
+    let lease = conn
+        .state
+        .negotiated
+        .as_ref()
+        .filter(|n| n.dialect >= DIALECT_210)
+        .and_then(|_| req.context(CTX_LEASE))
+        .and_then(|c| LeaseRequest::decode(c.data).ok());
+    let lease_key = lease.as_ref().map(|l| l.key);
+    let mut wrong_name = false;
+    let (id, guid) = match &reclaim {
+        Reclaim::V1(id) => (*id, None),
+        Reclaim::V2(r) => (r.file_id, Some(r.create_guid)),
+    };
+    let taken = conn.shared.durable().reclaim(id.persistent, |p| {
+        let d = p.open.durable;
+        p.user.eq_ignore_ascii_case(&user)
+            && p.open.file_id == id
+            && p.open.share.as_ref().is_some_and(|s| std::sync::Arc::ptr_eq(s, &share_state))
+            // DH2C names the handle's CreateGuid (zeros for a v1 handle); DHnC takes
+            // either kind.
+            && d.is_some_and(|d| guid.is_none_or(|g| g == d.create_guid))
+            && p.open.lease_key == lease_key
+            // Lease keys belong to a client: only the same ClientGuid reclaims a lease,
+            // and only under the name it was opened with.
+            && (lease_key.is_none() || p.client_guid == client_guid)
+            && (lease_key.is_none() || {
+                wrong_name = !p.open.path.eq_ignore_ascii_case(&req.name);
+                !wrong_name
+            })
+    });
+    let Some(preserved) = taken else {
+        tracing::debug!(id = id.persistent, "no durable handle to reclaim");
+        if wrong_name {
+            return Err(status::INVALID_PARAMETER);
+        }
+        return Err(status::OBJECT_NAME_NOT_FOUND);
+    };
+    let mut open = preserved.open;
+    open.tree_id = ctx.tree_id;
+    let granted = share_state.oplocks().reattach(
+        open.inode,
+        open.file_id.volatile,
+        ctx.session_id,
+        conn.breaks.clone(),
+    );
+    let info = match open.file.clone() {
+        Some(f) => blocking(move || f.info()).await,
+        None => Err(status::INTERNAL_ERROR),
+    };
+    let info = match info {
+        Ok(i) => i,
+        Err(st) => {
+            let _ = close_open(open).await;
+            return Err(st);
+        }
+    };
+    let mut contexts: Vec<(&'static [u8], Vec<u8>)> = Vec::new();
+    let granted = granted.unwrap_or(crate::oplock::Granted {
+        oplock_level: 0,
+        lease: None,
+    });
+    if let (Some((state, epoch)), Some(l)) = (granted.lease, lease.as_ref()) {
+        contexts.push((CTX_LEASE, lease_response(l, state, epoch)));
+    }
+    let resp = CreateResponse {
+        oplock_level: granted.oplock_level,
+        create_action: FILE_OPENED,
+        attrs: attrs_of(&info),
+        file_id: open.file_id,
+        contexts,
+    };
+    let file_id = open.file_id;
+    tracing::debug!(file = %open.path, "durable handle reclaimed");
+    super::session(conn, ctx)?
+        .opens
+        .insert(file_id.volatile, open);
+    let mut body = Vec::with_capacity(160);
+    resp.encode(&mut body);
+    Ok(Reply {
+        file_id: Some(file_id),
+        ..Reply::ok(body)
+    })
 }

@@ -312,13 +312,11 @@ pub async fn session_setup(
 
 /// Handles LOGOFF: the session is marked expired and removed once the response is sent.
 pub async fn logoff(conn: &mut Connection, ctx: &mut Ctx<'_>) -> HResult {
-    let s = conn
-        .state
-        .sessions
-        .get_mut(&ctx.session_id)
-        .ok_or(status::USER_SESSION_DELETED)?;
-    s.auth = AuthState::Expired;
-    conn.end_session(ctx.session_id).await;
+    if !conn.state.sessions.contains_key(&ctx.session_id) {
+        return Err(status::USER_SESSION_DELETED);
+    }
+    // Durable opens outlive a LOGOFF too: a new session of the user reclaims them.
+    conn.end_session(ctx.session_id, true).await;
     let mut body = Vec::new();
     encode_empty_response(&mut body);
     Ok(Reply::ok(body))
@@ -489,7 +487,7 @@ const CLOSE_PREVIOUS_TIMEOUT: std::time::Duration = std::time::Duration::from_se
 async fn close_previous(conn: &mut Connection, previous: u64, user: &str) {
     if let Some(s) = conn.state.sessions.get(&previous) {
         if s.is_valid() && s.user.eq_ignore_ascii_case(user) {
-            conn.end_session(previous).await;
+            conn.end_session(previous, true).await;
         }
         return;
     }

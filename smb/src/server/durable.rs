@@ -1,0 +1,150 @@
+//! Durable handles (MS-SMB2 3.3.5.9.6, 3.3.5.9.7, 3.3.5.9.10, 3.3.5.9.12): an open granted
+//! as durable outlives its connection. When the connection is lost (or the client names
+//! its session as PreviousSessionId), the open, with its share-mode entry, byte-range locks
+//! and oplock or lease, is kept here for its timeout; a CREATE with a reconnect context
+//! from the same user (and, for v2, the same CreateGuid) takes it back on a new session.
+//! An open another client needs (a conflicting CREATE) or one whose timeout passes is
+//! closed. Persistent handles (continuously available shares) are not offered.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::shared::SharedState;
+use super::state::Open;
+
+/// How long a durable open is kept without a connection when the client asks for no
+/// particular time (v1 always; v2 with Timeout 0).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest a v2 client may ask for.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+/// Most opens kept at once server-wide; beyond it a lost connection's opens are closed.
+pub const MAX_PRESERVED: usize = 16384;
+
+/// What made an open durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Durable {
+    /// Granted through DH2Q (reconnect needs DH2C with the same CreateGuid).
+    pub v2: bool,
+    /// The v2 CreateGuid (zeros for v1).
+    pub create_guid: [u8; 16],
+    /// How long it is kept without a connection.
+    pub timeout: Duration,
+}
+
+impl Durable {
+    /// The timeout for a v2 request of `ms` milliseconds.
+    pub fn v2_timeout(ms: u32) -> Duration {
+        if ms == 0 {
+            DEFAULT_TIMEOUT
+        } else {
+            Duration::from_millis(u64::from(ms)).min(MAX_TIMEOUT)
+        }
+    }
+}
+
+/// An open kept for reconnection.
+pub struct Preserved {
+    /// The open (its tree id is stale until reclaimed).
+    pub open: Open,
+    /// Whose it is.
+    pub user: String,
+    /// The ClientGuid of the connection that held it (leases are the client's).
+    pub client_guid: [u8; 16],
+    generation: u64,
+}
+
+/// The disconnected durable opens of the server, by persistent file id.
+#[derive(Default)]
+pub struct DurableTable {
+    opens: Mutex<HashMap<u64, Preserved>>,
+    generation: AtomicU64,
+}
+
+impl DurableTable {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Preserved>> {
+        self.opens.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes back the open `persistent_id` when `may` accepts it (it stays otherwise).
+    pub fn reclaim(
+        &self,
+        persistent_id: u64,
+        may: impl FnOnce(&Preserved) -> bool,
+    ) -> Option<Preserved> {
+        let mut m = self.lock();
+        if m.get(&persistent_id).is_some_and(may) {
+            m.remove(&persistent_id)
+        } else {
+            None
+        }
+    }
+
+    /// Removes the kept opens of file `inode` in `share` (a new open needs the file).
+    pub fn take_file(&self, share: &Arc<super::shared::ShareState>, inode: u64) -> Vec<Open> {
+        let mut m = self.lock();
+        let ids: Vec<u64> = m
+            .iter()
+            .filter(|(_, p)| {
+                p.open.inode == inode
+                    && p.open.share.as_ref().is_some_and(|s| Arc::ptr_eq(s, share))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| m.remove(&id).map(|p| p.open))
+            .collect()
+    }
+
+    /// Whether any open is kept (lock-free callers check before [`take_file`]).
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
+/// Who may reclaim a kept open.
+#[derive(Debug, Clone)]
+pub struct Owner {
+    /// The session's user.
+    pub user: String,
+    /// The connection's ClientGuid.
+    pub client_guid: [u8; 16],
+}
+
+/// Keeps `open` (which must be durable) for reconnection by `owner`, and closes it when
+/// its timeout passes unclaimed. Gives the open back when it cannot be kept.
+pub fn preserve(shared: &Arc<SharedState>, open: Open, owner: Owner) -> Option<Open> {
+    let Some(durable) = open.durable else {
+        return Some(open);
+    };
+    tracing::debug!(id = open.file_id.persistent, file = %open.path, "durable handle kept");
+    let id = open.file_id.persistent;
+    let table = shared.durable();
+    let generation = table.generation.fetch_add(1, Ordering::Relaxed);
+    {
+        let mut m = table.lock();
+        if m.len() >= MAX_PRESERVED || m.contains_key(&id) {
+            return Some(open);
+        }
+        m.insert(
+            id,
+            Preserved {
+                open,
+                user: owner.user,
+                client_guid: owner.client_guid,
+                generation,
+            },
+        );
+    }
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(durable.timeout).await;
+        let expired = shared.durable().reclaim(id, |p| p.generation == generation);
+        if let Some(p) = expired {
+            tracing::debug!(file = %p.open.path, "durable handle expired");
+            let _ = super::handlers::create::close_open(p.open).await;
+        }
+    });
+    None
+}
