@@ -156,6 +156,21 @@ fn normalize(state: u32) -> u32 {
     }
 }
 
+/// The identity of a lease in the table: the client's lease key scoped by its ClientGuid
+/// (MS-SMB2 keeps one lease table per client, so two clients may use the same key for
+/// different files). A hash, so that no client can pick a key that lands on another
+/// client's lease.
+pub fn scoped_lease_key(client_guid: &[u8; 16], key: &[u8; 16]) -> [u8; 16] {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(client_guid);
+    h.update(key);
+    let d = h.finalize();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&d[..16]);
+    out
+}
+
 /// The oplock level of a caching state.
 pub fn oplock_level(state: u32) -> u8 {
     match (state & W != 0, state & H != 0, state & R != 0) {
@@ -664,6 +679,14 @@ mod tests {
             t.ack_oplock(1, 10, OPLOCK_LEVEL_NONE),
             Err(status::INVALID_OPLOCK_PROTOCOL)
         );
+    }
+
+    #[test]
+    fn lease_keys_are_scoped_by_client() {
+        let a = scoped_lease_key(&[1; 16], &[7; 16]);
+        assert_eq!(a, scoped_lease_key(&[1; 16], &[7; 16]));
+        assert_ne!(a, scoped_lease_key(&[2; 16], &[7; 16]));
+        assert_ne!(a, scoped_lease_key(&[1; 16], &[8; 16]));
     }
 
     #[test]

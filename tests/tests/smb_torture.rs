@@ -1,8 +1,9 @@
 //! Samba's smbtorture (Debian samba-testsuite 4.17) against the real `quarry` binary: every
 //! test in [`PASSING`] must pass. The list is the subset of `../shared/smb/torture-samba-pass.txt`
 //! (the tests that pass against Samba here) that Quarry passes today; a test leaves the list
-//! only by a deliberate change. Tests of those suites missing here need durable handles,
-//! streams, security descriptors or details of leases and notify not built yet (issue 9).
+//! only by a deliberate change. Tests of those suites missing here need persistent handles,
+//! replay detection, streams, security descriptors or details of leases and notify not
+//! built yet (issue 9).
 
 use std::process::Command;
 use std::time::Duration;
@@ -62,6 +63,39 @@ const PASSING: &[&str] = &[
     "smb2.dir.large-files",
     "smb2.dir.many",
     "smb2.dir.sorted",
+    "smb2.durable-open.lease",
+    "smb2.durable-open.lock-lease",
+    "smb2.durable-open.lock-oplock",
+    "smb2.durable-open.open-lease",
+    "smb2.durable-open.open-oplock",
+    "smb2.durable-open.open2-lease",
+    "smb2.durable-open.open2-oplock",
+    "smb2.durable-open.oplock",
+    "smb2.durable-open.read-only",
+    "smb2.durable-open.reopen1",
+    "smb2.durable-open.reopen1a",
+    "smb2.durable-open.reopen1a-lease",
+    "smb2.durable-open.reopen2",
+    "smb2.durable-open.reopen2-lease",
+    "smb2.durable-open.reopen2-lease-v2",
+    "smb2.durable-open.reopen2a",
+    "smb2.durable-open.reopen3",
+    "smb2.durable-open.reopen4",
+    "smb2.durable-open.stat-open",
+    "smb2.durable-v2-open.create-blob",
+    "smb2.durable-v2-open.durable-v2-setinfo",
+    "smb2.durable-v2-open.open-lease",
+    "smb2.durable-v2-open.open-oplock",
+    "smb2.durable-v2-open.persistent-open-lease",
+    "smb2.durable-v2-open.persistent-open-oplock",
+    "smb2.durable-v2-open.reopen1",
+    "smb2.durable-v2-open.reopen1a",
+    "smb2.durable-v2-open.reopen1a-lease",
+    "smb2.durable-v2-open.reopen2",
+    "smb2.durable-v2-open.reopen2-lease",
+    "smb2.durable-v2-open.reopen2-lease-v2",
+    "smb2.durable-v2-open.reopen2b",
+    "smb2.durable-v2-open.reopen2c",
     "smb2.fileid.unique",
     "smb2.fileid.unique-dir",
     "smb2.getinfo.granted",

@@ -700,8 +700,13 @@ impl Connection {
         }
     }
 
+    /// A client lease key as the oplock table knows it (scoped by this client's GUID).
+    pub fn lease_scope(&self, key: &[u8; 16]) -> [u8; 16] {
+        crate::oplock::scoped_lease_key(&self.client_guid(), key)
+    }
+
     /// The ClientGuid this connection negotiated with (zeros before NEGOTIATE).
-    fn client_guid(&self) -> [u8; 16] {
+    pub fn client_guid(&self) -> [u8; 16] {
         self.state
             .negotiated
             .as_ref()
@@ -1125,7 +1130,16 @@ impl Connection {
                 current,
                 new,
             } => {
-                encode_lease_break_notification(&mut body, &key, epoch, ack_required, current, new)
+                // The table names the lease by its scoped key; the client knows its own.
+                let Some(wire) = session
+                    .opens
+                    .values()
+                    .find(|o| o.lease_key == Some(key))
+                    .and_then(|o| o.lease_wire_key)
+                else {
+                    return Ok(None);
+                };
+                encode_lease_break_notification(&mut body, &wire, epoch, ack_required, current, new)
             }
         }
         let mut msg = Vec::with_capacity(HEADER_LEN + body.len());

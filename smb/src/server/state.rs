@@ -196,6 +196,9 @@ pub struct Open {
     pub tree_id: u32,
     /// The lease it holds part of, if any (its own writes do not break it).
     pub lease_key: Option<[u8; 16]>,
+    /// The lease key as the client sent it (`lease_key` is it scoped by the ClientGuid,
+    /// see [`crate::oplock::scoped_lease_key`]); break notifications carry this one.
+    pub lease_wire_key: Option<[u8; 16]>,
     /// Storage handle (None for pipes).
     pub file: Option<Arc<dyn FsFile>>,
     /// The share's cross-connection state (None for pipes).

@@ -107,7 +107,7 @@ fn lease_request(conn: &Connection, req: &CreateRequest<'_>) -> Option<LeaseRequ
 fn wanted_caching(conn: &Connection, req: &CreateRequest<'_>) -> Want {
     if let Some(l) = lease_request(conn, req) {
         return Want::Lease {
-            key: l.key,
+            key: conn.lease_scope(&l.key),
             state: l.state,
             version: l.version,
             epoch: l.epoch,
@@ -377,6 +377,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         file_id,
         tree_id: ctx.tree_id,
         lease_key,
+        lease_wire_key: lease_request(conn, &req).map(|l| l.key),
         file: Some(std::sync::Arc::from(opened.file)),
         share: Some(share_state.clone()),
         pipe: None,
@@ -426,6 +427,7 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
         file_id,
         tree_id: ctx.tree_id,
         lease_key: None,
+        lease_wire_key: None,
         file: None,
         share: None,
         pipe: Some(pipe),
@@ -628,7 +630,7 @@ async fn reconnect(
         .filter(|n| n.dialect >= DIALECT_210)
         .and_then(|_| req.context(CTX_LEASE))
         .and_then(|c| LeaseRequest::decode(c.data).ok());
-    let lease_key = lease.as_ref().map(|l| l.key);
+    let lease_key = lease.as_ref().map(|l| conn.lease_scope(&l.key));
     let mut wrong_name = false;
     let (id, guid) = match &reclaim {
         Reclaim::V1(id) => (*id, None),

@@ -27,7 +27,8 @@ pub fn acknowledge(conn: &mut Connection, ctx: &mut Ctx<'_>, ack: BreakAck) -> H
             let share = super::tree(conn, ctx)?
                 .share_state()
                 .ok_or(status::OBJECT_NAME_NOT_FOUND)?;
-            let held = share.oplocks().ack_lease(&key, state)?;
+            let scoped = conn.lease_scope(&key);
+            let held = share.oplocks().ack_lease(&scoped, state)?;
             encode_lease_break_response(&mut body, &key, held);
         }
     }
