@@ -171,6 +171,8 @@ const PASSING: &[&str] = &[
     "smb2.lock.multiple-unlock",
     "smb2.lock.overlap",
     "smb2.lock.range",
+    "smb2.lock.replay_smb3_specification_durable",
+    "smb2.lock.replay_smb3_specification_multi",
     "smb2.lock.rw-exclusive",
     "smb2.lock.rw-shared",
     "smb2.lock.stacking",

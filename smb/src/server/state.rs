@@ -228,4 +228,7 @@ pub struct Open {
     pub path: String,
     /// Granted as a durable handle: kept when the connection is lost.
     pub durable: Option<super::durable::Durable>,
+    /// LockSequence buckets (SMB 3 lock replay detection): the last sequence number each
+    /// of the 64 buckets saw succeed, or `LOCK_SEQUENCE_UNSET`.
+    pub lock_sequences: [u8; 64],
 }

@@ -392,6 +392,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         mode: options & 0x0000_0002,
         path: req.name.clone(),
         durable,
+        lock_sequences: [super::io::LOCK_SEQUENCE_UNSET; 64],
     };
     super::session(conn, ctx)?
         .opens
@@ -442,6 +443,7 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
         mode: 0,
         path: req.name.clone(),
         durable: None,
+        lock_sequences: [super::io::LOCK_SEQUENCE_UNSET; 64],
     };
     super::session(conn, ctx)?
         .opens

@@ -169,8 +169,51 @@ pub async fn flush(conn: &mut Connection, ctx: &mut Ctx<'_>, id: FileId) -> HRes
     Ok(Reply::ok(body))
 }
 
-/// Handles LOCK: byte-range locks in the share's [`crate::share_mode::LockManager`].
+/// Handles LOCK, with SMB 3 lock replay detection (MS-SMB2 3.3.5.14): a request whose
+/// LockSequence names a bucket (1..=64) that already holds its sequence number was done
+/// before (a client resending after a lost connection or channel) and succeeds without
+/// doing anything again; otherwise the bucket is cleared, and set once the request
+/// succeeds.
 pub async fn lock(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest) -> HResult {
+    let smb3 = conn
+        .state
+        .negotiated
+        .as_ref()
+        .is_some_and(|n| n.dialect >= crate::proto::negotiate::DIALECT_300);
+    let bucket = lock_bucket(req.lock_sequence).filter(|_| smb3);
+    if let Some((index, number)) = bucket {
+        let open = super::open(conn, ctx, req.file_id)?;
+        if open.lock_sequences[index] == number {
+            let mut body = Vec::new();
+            encode_empty_response(&mut body);
+            return Ok(Reply::ok(body));
+        }
+        open.lock_sequences[index] = LOCK_SEQUENCE_UNSET;
+    }
+    let file_id = req.file_id;
+    let reply = lock_ranges(conn, ctx, req).await?;
+    if let Some((index, number)) = bucket {
+        if reply.status == status::SUCCESS && reply.wait.is_none() {
+            if let Ok(open) = super::open(conn, ctx, file_id) {
+                open.lock_sequences[index] = number;
+            }
+        }
+    }
+    Ok(reply)
+}
+
+/// An empty LockSequence bucket (sequence numbers are 4 bits).
+pub const LOCK_SEQUENCE_UNSET: u8 = 0xFF;
+
+/// The bucket (0-based) and sequence number a LockSequence names, when its index is valid.
+fn lock_bucket(lock_sequence: u32) -> Option<(usize, u8)> {
+    let index = (lock_sequence >> 4) as usize;
+    let number = (lock_sequence & 0xF) as u8;
+    (1..=64).contains(&index).then(|| (index - 1, number))
+}
+
+/// Takes or releases byte-range locks in the share's [`crate::share_mode::LockManager`].
+async fn lock_ranges(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest) -> HResult {
     let open = super::open(conn, ctx, req.file_id)?;
     let share = open.share.clone().ok_or(status::INVALID_DEVICE_REQUEST)?;
     let (inode, id, lease_key) = (open.inode, open.file_id.volatile, open.lease_key);
@@ -235,5 +278,18 @@ fn check_io(
             .check_io(open.inode, open.file_id.volatile, offset, len, write)
             .map_err(|e| e.nt_status()),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod lock_sequence_tests {
+    use super::lock_bucket;
+
+    #[test]
+    fn buckets_are_one_to_sixty_four() {
+        assert_eq!(lock_bucket(0x011), Some((0, 1)));
+        assert_eq!(lock_bucket(0x402), Some((63, 2)));
+        assert_eq!(lock_bucket(0x001), None);
+        assert_eq!(lock_bucket(0x411), None);
     }
 }
