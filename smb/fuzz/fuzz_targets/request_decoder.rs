@@ -1,13 +1,15 @@
 //! Feeds arbitrary bytes to every decoder a network client can reach before authentication
 //! succeeds or after: framing header, SMB1 NEGOTIATE upgrade, transform header, compound
 //! split, each command's request body (OPLOCK_BREAK acknowledgments included), and the
-//! SET_INFO / IOCTL / CREATE payload parsers (the lease create context among them).
+//! SET_INFO / IOCTL / CREATE payload parsers (the lease and durable-handle create contexts
+//! among them).
 //! Any panic, overflow or out-of-bounds access is a bug. Seeds: `smb/fuzz/seeds/` (messages
 //! captured from smbclient, impacket and smbprotocol against quarry).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use quarry_smb::proto::create::decode_create_contexts;
+use quarry_smb::proto::durable::{decode_reconnect, DurableReconnectV2, DurableRequestV2};
 use quarry_smb::proto::framing::parse_frame_header;
 use quarry_smb::proto::info::{BasicInfo, RenameInfo};
 use quarry_smb::proto::ioctl::ValidateNegotiateInfo;
@@ -33,6 +35,9 @@ fuzz_target!(|data: &[u8]| {
     let _ = BasicInfo::decode(data);
     let _ = ValidateNegotiateInfo::decode(data);
     let _ = LeaseRequest::decode(data);
+    let _ = DurableRequestV2::decode(data);
+    let _ = DurableReconnectV2::decode(data);
+    let _ = decode_reconnect(data);
     if let Ok(parts) = split_compound(data) {
         for p in parts {
             if let Ok(h) = Header::decode(p) {
@@ -40,6 +45,10 @@ fuzz_target!(|data: &[u8]| {
                     let _ = c.context(b"MxAc");
                     if let Some(l) = c.context(CTX_LEASE) {
                         let _ = LeaseRequest::decode(l.data);
+                    }
+                    for ctx in &c.contexts {
+                        let _ = DurableRequestV2::decode(ctx.data);
+                        let _ = DurableReconnectV2::decode(ctx.data);
                     }
                 }
             }
