@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::auth::{AuthStep, NtHashLookup, NtlmServer, ServerNames};
+use crate::auth::{AuthError, AuthStep, NtHashLookup, NtlmServer, ServerNames};
 use crate::crypto::{CipherKey, KeyDialect, SessionKeys, SigningKey};
 use crate::proto::negotiate::{DIALECT_202, DIALECT_210, DIALECT_311, SIGNING_REQUIRED};
 use crate::proto::session::{
@@ -38,6 +38,33 @@ fn names(conn: &Connection) -> ServerNames {
         netbios_computer: conn.config.computer_name.clone(),
         dns_domain: String::new(),
         dns_computer: conn.config.computer_name.to_ascii_lowercase(),
+    }
+}
+
+/// Runs one NTLM leg on the blocking pool (the NT hash comes from the appliance's user
+/// table). Returns the exchange, its result and the user name it asked for, or `None`
+/// when the blocking task failed.
+async fn step(
+    backend: Arc<dyn Backend>,
+    mut ntlm: Box<NtlmServer>,
+    token: Vec<u8>,
+) -> Option<(Box<NtlmServer>, Result<AuthStep, AuthError>, Option<String>)> {
+    tokio::task::spawn_blocking(move || {
+        let lookup = Lookup(backend, std::sync::Mutex::new(None));
+        let r = ntlm.step(&token, &lookup);
+        let user = lookup.1.into_inner().unwrap_or_else(|p| p.into_inner());
+        (ntlm, r, user)
+    })
+    .await
+    .ok()
+}
+
+/// Logs a failed authentication and, for a wrong password or unknown user, tells the
+/// appliance (failed-login alerts).
+fn report_failure(conn: &Connection, e: &AuthError, tried_user: Option<&str>, what: &str) {
+    tracing::info!(peer = %conn.state.peer, error = %e, "{what}");
+    if matches!(e, AuthError::LogonFailure) {
+        conn.backend.auth_failed(tried_user, conn.state.peer);
     }
 }
 
@@ -100,7 +127,7 @@ pub async fn session_setup(
         sid
     };
     let token = req.security_buffer.to_vec();
-    let (mut ntlm, mut preauth, reauth) = {
+    let (ntlm, mut preauth, reauth) = {
         let Some(s) = conn.state.sessions.get_mut(&sid) else {
             return Err(status::USER_SESSION_DELETED);
         };
@@ -113,20 +140,9 @@ pub async fn session_setup(
     if neg.dialect == DIALECT_311 {
         preauth.update(ctx.msg);
     }
-    let backend = conn.backend.clone();
-    let stepped = tokio::task::spawn_blocking(move || {
-        let lookup = Lookup(backend, std::sync::Mutex::new(None));
-        let r = ntlm.step(&token, &lookup);
-        let user = lookup.1.into_inner().unwrap_or_else(|p| p.into_inner());
-        (ntlm, (r, user))
-    })
-    .await;
-    let (ntlm, (result, tried_user)) = match stepped {
-        Ok(v) => v,
-        Err(_) => {
-            conn.state.sessions.remove(&sid);
-            return Err(status::INTERNAL_ERROR);
-        }
+    let Some((ntlm, result, tried_user)) = step(conn.backend.clone(), ntlm, token).await else {
+        conn.state.sessions.remove(&sid);
+        return Err(status::INTERNAL_ERROR);
     };
     match result {
         Ok(AuthStep::Continue(token)) => {
@@ -161,12 +177,7 @@ pub async fn session_setup(
                 if anonymous || !user.eq_ignore_ascii_case(&s.user) {
                     // A session cannot change hands: refuse and end it.
                     tracing::info!(peer = %conn.state.peer, "re-authentication as another user refused");
-                    conn.shared.sessions().withdraw(sid, conn.conn_id);
-                    s.trees.clear();
-                    let opens: Vec<_> = s.opens.drain().map(|(_, o)| o).collect();
-                    for o in opens {
-                        let _ = super::create::close_open(o).await;
-                    }
+                    conn.end_session(sid, false).await;
                     return Err(status::ACCESS_DENIED);
                 }
                 // Same user: the session keeps its keys, trees and opens.
@@ -283,25 +294,11 @@ pub async fn session_setup(
             })
         }
         Err(e) => {
-            tracing::info!(peer = %conn.state.peer, error = %e, "SMB authentication failed");
-            if matches!(e, crate::auth::AuthError::LogonFailure) {
-                conn.backend
-                    .auth_failed(tried_user.as_deref(), conn.state.peer);
-            }
+            report_failure(conn, &e, tried_user.as_deref(), "SMB authentication failed");
             if reauth {
                 // A failed re-authentication ends the session (it stays as a tombstone so
                 // later requests get USER_SESSION_DELETED).
-                conn.shared.sessions().withdraw(sid, conn.conn_id);
-                let opens: Vec<_> = match conn.state.sessions.get_mut(&sid) {
-                    Some(s) => {
-                        s.trees.clear();
-                        s.opens.drain().map(|(_, o)| o).collect()
-                    }
-                    None => Vec::new(),
-                };
-                for o in opens {
-                    let _ = super::create::close_open(o).await;
-                }
+                conn.end_session(sid, false).await;
             } else {
                 conn.state.sessions.remove(&sid);
             }
@@ -389,16 +386,7 @@ async fn bind(
         preauth.update(ctx.msg);
     }
     let token = req.security_buffer.to_vec();
-    let backend = conn.backend.clone();
-    let mut ntlm = ntlm;
-    let stepped = tokio::task::spawn_blocking(move || {
-        let lookup = Lookup(backend, std::sync::Mutex::new(None));
-        let r = ntlm.step(&token, &lookup);
-        let user = lookup.1.into_inner().unwrap_or_else(|p| p.into_inner());
-        (ntlm, (r, user))
-    })
-    .await;
-    let Ok((ntlm, (result, tried_user))) = stepped else {
+    let Some((ntlm, result, tried_user)) = step(conn.backend.clone(), ntlm, token).await else {
         return Err(status::INTERNAL_ERROR);
     };
     match result {
@@ -468,11 +456,12 @@ async fn bind(
             })
         }
         Err(e) => {
-            tracing::info!(peer = %conn.state.peer, error = %e, "SMB channel binding failed");
-            if matches!(e, crate::auth::AuthError::LogonFailure) {
-                conn.backend
-                    .auth_failed(tried_user.as_deref(), conn.state.peer);
-            }
+            report_failure(
+                conn,
+                &e,
+                tried_user.as_deref(),
+                "SMB channel binding failed",
+            );
             bind_error(e.nt_status(), Some(session_key_signer))
         }
     }
