@@ -333,8 +333,9 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     if req.context(CTX_QFID).is_some() {
         contexts.push((CTX_QFID, qfid_response(opened.info.file_id, 0)));
     }
-    if let (Some((state, epoch)), Some(lease)) = (granted.lease, lease_request(conn, &req)) {
-        contexts.push((CTX_LEASE, lease_response(&lease, state, epoch)));
+    let lease = lease_request(conn, &req);
+    if let (Some((state, epoch)), Some(lease)) = (granted.lease, &lease) {
+        contexts.push((CTX_LEASE, lease_response(lease, state, epoch)));
     }
     let durable = durable_grant(
         &req,
@@ -377,7 +378,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         file_id,
         tree_id: ctx.tree_id,
         lease_key,
-        lease_wire_key: lease_request(conn, &req).map(|l| l.key),
+        lease_wire_key: lease.map(|l| l.key),
         file: Some(std::sync::Arc::from(opened.file)),
         share: Some(share_state.clone()),
         pipe: None,
@@ -394,6 +395,13 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         durable,
         lock_sequences: [super::io::LOCK_SEQUENCE_UNSET; 64],
     };
+    answer_open(conn, ctx, open, &resp)
+}
+
+/// Puts a new (or reclaimed) open in the session's table and answers the CREATE with
+/// `resp`, naming the FileId for related compound requests.
+fn answer_open(conn: &mut Connection, ctx: &Ctx<'_>, open: Open, resp: &CreateResponse) -> HResult {
+    let file_id = open.file_id;
     super::session(conn, ctx)?
         .opens
         .insert(file_id.volatile, open);
@@ -445,15 +453,7 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
         durable: None,
         lock_sequences: [super::io::LOCK_SEQUENCE_UNSET; 64],
     };
-    super::session(conn, ctx)?
-        .opens
-        .insert(file_id.volatile, open);
-    let mut body = Vec::with_capacity(96);
-    resp.encode(&mut body);
-    Ok(Reply {
-        file_id: Some(file_id),
-        ..Reply::ok(body)
-    })
+    answer_open(conn, ctx, open, &resp)
 }
 
 /// Releases an open: its locks, its share-mode entry, and the file itself when it was the
@@ -696,15 +696,6 @@ async fn reconnect(
         file_id: open.file_id,
         contexts,
     };
-    let file_id = open.file_id;
     tracing::debug!(file = %open.path, "durable handle reclaimed");
-    super::session(conn, ctx)?
-        .opens
-        .insert(file_id.volatile, open);
-    let mut body = Vec::with_capacity(160);
-    resp.encode(&mut body);
-    Ok(Reply {
-        file_id: Some(file_id),
-        ..Reply::ok(body)
-    })
+    answer_open(conn, ctx, open, &resp)
 }
