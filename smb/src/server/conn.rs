@@ -497,31 +497,6 @@ struct OutMsg {
     key: Option<crate::crypto::SigningKey>,
 }
 
-/// The answer to a frame of a session whose owner has gone: USER_SESSION_DELETED for each
-/// element (CANCELs get none), unsigned, with the credits the channel granted.
-fn session_deleted(headers: &[Header], checks: &[ElementCheck]) -> Result<Vec<u8>, ConnError> {
-    let answered: Vec<_> = headers
-        .iter()
-        .zip(checks)
-        .filter(|(h, _)| h.command() != Some(Command::Cancel))
-        .collect();
-    let mut out = Vec::new();
-    for (i, (hdr, check)) in answered.iter().enumerate() {
-        let mut rh = hdr.response(status::USER_SESSION_DELETED);
-        rh.credits = check.grant;
-        let start = out.len();
-        rh.encode(&mut out);
-        crate::proto::io::encode_error_response(&mut out);
-        if i + 1 < answered.len() {
-            let padded = (out.len() - start).next_multiple_of(8);
-            out.resize(start + padded, 0);
-            let next = u32::try_from(padded).map_err(|_| violation("response too large"))?;
-            out[start + 20..start + 24].copy_from_slice(&next.to_le_bytes());
-        }
-    }
-    Ok(out)
-}
-
 /// Facts about one compound element carried to the next (related operations).
 #[derive(Clone, Copy, Default)]
 struct Chain {
@@ -545,40 +520,46 @@ impl Connection {
         let mut encrypted_by: Option<u64> = None;
         let plain_start = if is_transform(&frame) {
             let th = TransformHeader::decode(&frame).map_err(|e| violation(e.to_string()))?;
-            let (hdr, body) = frame.split_at_mut(TRANSFORM_LEN);
-            if let Some(session) = self.state.sessions.get(&th.session_id) {
-                let key = session
+            // The session's own key, or for a bound channel the owner's copy.
+            let key = match (
+                self.state.sessions.get(&th.session_id),
+                self.state.channels.get(&th.session_id),
+            ) {
+                (Some(session), _) => session
                     .decrypt_key
-                    .as_ref()
-                    .ok_or_else(|| violation("session has no decryption key"))?;
-                key.open(hdr, body).map_err(|e| violation(e.to_string()))?;
-            } else {
-                let key = match self.state.channels.get(&th.session_id) {
-                    Some(Channel::Bound { entry, .. }) => entry.decrypt_key.clone(),
-                    _ => None,
-                }
-                .ok_or_else(|| violation("transform header names an unknown session"))?;
-                key.open(hdr, body).map_err(|e| violation(e.to_string()))?;
-            }
+                    .clone()
+                    .ok_or_else(|| violation("session has no decryption key"))?,
+                (None, Some(Channel::Bound { entry, .. })) => entry
+                    .decrypt_key
+                    .clone()
+                    .ok_or_else(|| violation("session has no decryption key"))?,
+                _ => return Err(violation("transform header names an unknown session")),
+            };
+            let (hdr, body) = frame.split_at_mut(TRANSFORM_LEN);
+            key.open(hdr, body).map_err(|e| violation(e.to_string()))?;
             encrypted_by = Some(th.session_id);
             TRANSFORM_LEN
         } else {
             0
         };
-        let target = match encrypted_by {
-            Some(sid) => sid,
-            None => Header::decode(&frame[plain_start..])
-                .map(|h| h.session_id)
-                .unwrap_or(0),
-        };
-        if !self.state.sessions.contains_key(&target)
-            && matches!(
-                self.state.channels.get(&target),
-                Some(Channel::Bound { .. })
-            )
-        {
-            frame.drain(..plain_start);
-            return self.forward(frame, encrypted_by, target).await;
+        // Only a connection bound as a channel of another's session forwards: the common
+        // case skips the lookup.
+        if !self.state.channels.is_empty() {
+            let target = match encrypted_by {
+                Some(sid) => sid,
+                None => Header::decode(&frame[plain_start..])
+                    .map(|h| h.session_id)
+                    .unwrap_or(0),
+            };
+            if !self.state.sessions.contains_key(&target)
+                && matches!(
+                    self.state.channels.get(&target),
+                    Some(Channel::Bound { .. })
+                )
+            {
+                frame.drain(..plain_start);
+                return self.forward(frame, encrypted_by, target).await;
+            }
         }
         // Shared so that a deferred WRITE can take its data without a copy.
         self.process_plain(Arc::new(frame), plain_start, encrypted_by, None)
@@ -657,10 +638,34 @@ impl Connection {
         match answer {
             Some(r) => r,
             None => {
-                // The owner's connection is gone, and the session with it.
+                // The owner's connection is gone, and the session with it: each element
+                // (CANCELs get none) is answered USER_SESSION_DELETED, unsigned, with the
+                // credits this channel granted.
                 self.state.channels.remove(&session_id);
+                let msgs = headers
+                    .iter()
+                    .zip(&checks)
+                    .filter(|(h, _)| h.command() != Some(Command::Cancel))
+                    .map(|(h, check)| {
+                        let mut rh = h.response(status::USER_SESSION_DELETED);
+                        rh.credits = check.grant;
+                        let mut msg = Vec::with_capacity(HEADER_LEN + 9);
+                        rh.encode(&mut msg);
+                        crate::proto::io::encode_error_response(&mut msg);
+                        OutMsg {
+                            msg,
+                            session_id,
+                            sign: false,
+                            key: None,
+                        }
+                    })
+                    .collect::<Vec<OutMsg>>();
                 Ok(Processed {
-                    msgs: vec![session_deleted(&headers, &checks)?],
+                    msgs: if msgs.is_empty() {
+                        Vec::new()
+                    } else {
+                        vec![self.finish(msgs, None)?]
+                    },
                     deferred: None,
                 })
             }

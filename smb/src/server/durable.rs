@@ -7,7 +7,7 @@
 //! closed. Persistent handles (continuously available shares) are not offered.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -60,11 +60,17 @@ pub struct Preserved {
 pub struct DurableTable {
     opens: Mutex<HashMap<u64, Preserved>>,
     generation: AtomicU64,
+    /// How many opens are kept, read without the lock by every CREATE.
+    kept: AtomicUsize,
 }
 
 impl DurableTable {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Preserved>> {
-        self.opens.lock().unwrap_or_else(|p| p.into_inner())
+    /// Runs `f` on the kept opens and keeps the lock-free count in step.
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<u64, Preserved>) -> T) -> T {
+        let mut m = self.opens.lock().unwrap_or_else(|p| p.into_inner());
+        let out = f(&mut m);
+        self.kept.store(m.len(), Ordering::Relaxed);
+        out
     }
 
     /// Takes back the open `persistent_id` when `may` accepts it (it stays otherwise).
@@ -73,33 +79,35 @@ impl DurableTable {
         persistent_id: u64,
         may: impl FnOnce(&Preserved) -> bool,
     ) -> Option<Preserved> {
-        let mut m = self.lock();
-        if m.get(&persistent_id).is_some_and(may) {
-            m.remove(&persistent_id)
-        } else {
-            None
-        }
+        self.with(|m| {
+            if m.get(&persistent_id).is_some_and(may) {
+                m.remove(&persistent_id)
+            } else {
+                None
+            }
+        })
     }
 
     /// Removes the kept opens of file `inode` in `share` (a new open needs the file).
     pub fn take_file(&self, share: &Arc<super::shared::ShareState>, inode: u64) -> Vec<Open> {
-        let mut m = self.lock();
-        let ids: Vec<u64> = m
-            .iter()
-            .filter(|(_, p)| {
-                p.open.inode == inode
-                    && p.open.share.as_ref().is_some_and(|s| Arc::ptr_eq(s, share))
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        ids.into_iter()
-            .filter_map(|id| m.remove(&id).map(|p| p.open))
-            .collect()
+        self.with(|m| {
+            let ids: Vec<u64> = m
+                .iter()
+                .filter(|(_, p)| {
+                    p.open.inode == inode
+                        && p.open.share.as_ref().is_some_and(|s| Arc::ptr_eq(s, share))
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| m.remove(&id).map(|p| p.open))
+                .collect()
+        })
     }
 
-    /// Whether any open is kept (lock-free callers check before [`take_file`]).
+    /// Whether any open is kept, without taking the lock (every CREATE asks).
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.kept.load(Ordering::Relaxed) == 0
     }
 }
 
@@ -118,12 +126,10 @@ pub fn preserve(shared: &Arc<SharedState>, open: Open, owner: Owner) -> Option<O
     let Some(durable) = open.durable else {
         return Some(open);
     };
-    tracing::debug!(id = open.file_id.persistent, file = %open.path, "durable handle kept");
     let id = open.file_id.persistent;
     let table = shared.durable();
     let generation = table.generation.fetch_add(1, Ordering::Relaxed);
-    {
-        let mut m = table.lock();
+    let refused = table.with(|m| {
         if m.len() >= MAX_PRESERVED || m.contains_key(&id) {
             return Some(open);
         }
@@ -136,7 +142,12 @@ pub fn preserve(shared: &Arc<SharedState>, open: Open, owner: Owner) -> Option<O
                 generation,
             },
         );
+        None
+    });
+    if refused.is_some() {
+        return refused;
     }
+    tracing::debug!(id, "durable handle kept");
     let shared = shared.clone();
     tokio::spawn(async move {
         tokio::time::sleep(durable.timeout).await;
