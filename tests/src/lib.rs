@@ -91,6 +91,20 @@ pub fn quarry_bin() -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
+/// `len` pseudo-random bytes from `seed` (xorshift): test data that differs between
+/// seeds and never repeats a block, so a misplaced or stale block is caught.
+pub fn xorshift_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// A free TCP port on 127.0.0.1 (bound and released: good enough for tests).
 pub fn free_port() -> anyhow::Result<u16> {
     Ok(free_ports::<1>()?[0])

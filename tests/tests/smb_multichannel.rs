@@ -13,7 +13,7 @@ use std::process::Command;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use quarry_tests::QuarryProcess;
+use quarry_tests::{xorshift_bytes, QuarryProcess};
 use serde_json::{json, Value};
 use smb::connection::MultiChannelConfig;
 use smb::resource::file_util::{ReadAtChannel, WriteAtChannel};
@@ -27,18 +27,6 @@ const FILE_LEN: usize = 64 * BLOCK;
 const BLOCK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 /// Blocks in flight at once (spread round-robin over the channels).
 const IN_FLIGHT: usize = 8;
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// The channels of the one SMB session, as the API lists them.
 fn listed_channels(q: &QuarryProcess) -> Vec<Value> {
@@ -194,7 +182,7 @@ fn copies_spread_over_two_channels_and_survive_losing_one() {
 
         // A copy spread over both channels.
         let path = share.clone().with_path("spread.bin");
-        let data = Arc::new(pattern(FILE_LEN, 7));
+        let data = Arc::new(xorshift_bytes(FILE_LEN, 7));
         let file = Arc::new(
             client
                 .create_file(
@@ -226,7 +214,7 @@ fn copies_spread_over_two_channels_and_survive_losing_one() {
         }
 
         // A second copy, with the 127.0.0.2 channel cut in the middle.
-        let data2 = Arc::new(pattern(FILE_LEN, 11));
+        let data2 = Arc::new(xorshift_bytes(FILE_LEN, 11));
         let writer = tokio::spawn(write_spread(file.clone(), data2.clone(), lanes.clone()));
         let half = (FILE_LEN / 2) as u64;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);

@@ -12,7 +12,7 @@
 use std::process::Command;
 use std::str::FromStr;
 
-use quarry_tests::QuarryProcess;
+use quarry_tests::{xorshift_bytes, QuarryProcess};
 use serde_json::{json, Value};
 use smb::{
     Client, ClientConfig, ConnectionConfig, FileAccessMask, FileCreateArgs, ReadAt, UncPath,
@@ -45,18 +45,6 @@ fn appliance(cipher: &str) -> (tempfile::TempDir, QuarryProcess) {
         .expect("create share");
     assert_eq!(s, 201, "{b}");
     (dir, q)
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn client() -> Client {
@@ -128,7 +116,7 @@ fn crate_round_trip_with(cipher: &str, seed: u64) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let client = client();
-        let data = pattern(FILE_LEN, seed);
+        let data = xorshift_bytes(FILE_LEN, seed);
         let back = round_trip(&q, &client, &data)
             .await
             .unwrap_or_else(|e| panic!("{cipher}: {e}\n{}", q.log_text()));
@@ -156,7 +144,9 @@ fn aes_256_only_appliance_refuses_the_crate_and_serves_smbprotocol() {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let refused = rt.block_on(async {
             let client = client();
-            round_trip(&q, &client, &pattern(4096, 3)).await.is_err()
+            round_trip(&q, &client, &xorshift_bytes(4096, 3))
+                .await
+                .is_err()
         });
         assert!(
             refused,
