@@ -13,6 +13,7 @@ pub mod notify;
 pub mod oplock;
 pub mod proto;
 pub mod rpc;
+pub mod security;
 pub mod server;
 pub mod share_mode;
 pub mod vfs;

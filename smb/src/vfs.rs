@@ -187,6 +187,35 @@ pub struct CreateRequest<'a> {
     /// open reports at least this allocation (rounded up to the cluster), as Windows and
     /// Samba do; no space is reserved and nothing is charged to the quota. 0 = none.
     pub allocation_size: u64,
+    /// The server's security decisions, asked at the moments only the storage layer can
+    /// (`None`: no descriptors are checked or stored, e.g. an internal probe open).
+    pub security: Option<&'a dyn CreateSecurity>,
+}
+
+/// Stored descriptor bytes of one file, or `None` when none was ever stored.
+pub type StoredDescriptor = Option<Vec<u8>>;
+
+/// What [`CreateSecurity::check_existing`] is told about the file being opened.
+pub struct ExistingFile<'a> {
+    /// The file's stored security descriptor (self-relative bytes).
+    pub descriptor: Option<&'a [u8]>,
+    /// Whether it is a directory.
+    pub is_dir: bool,
+    /// Reads the parent directory's stored descriptor; `Ok(None)` when it has none.
+    /// Absent for the share root, which has no parent in the share.
+    pub parent: Option<&'a dyn Fn() -> Result<StoredDescriptor, FsError>>,
+}
+
+/// The server's side of a create: the storage layer resolves the path and asks these
+/// before it changes anything, so an access check sees the real file and a refused open
+/// truncates or creates nothing.
+pub trait CreateSecurity: Sync + fmt::Debug {
+    /// An existing file is about to be opened (before truncation): refuse with
+    /// [`FsError::AccessDenied`], or allow.
+    fn check_existing(&self, file: &ExistingFile<'_>) -> Result<(), FsError>;
+    /// A file or directory is about to be created in a directory whose stored descriptor
+    /// is `parent`: refuse, or return the descriptor bytes to store with the new file.
+    fn descriptor_for_new(&self, parent: Option<&[u8]>, is_dir: bool) -> Result<Vec<u8>, FsError>;
 }
 
 /// Metadata of a file or directory, as the QUERY_INFO classes need it.
@@ -350,6 +379,12 @@ pub trait FsFile: Send + Sync {
         length: u64,
         max_ranges: usize,
     ) -> Result<(Vec<AllocatedRange>, bool), FsError>;
+    /// The stored security descriptor (self-relative bytes), `None` when none was stored.
+    fn security_descriptor(&self) -> Result<StoredDescriptor, FsError>;
+    /// Stores a security descriptor (self-relative bytes, at most
+    /// [`crate::security::descriptor::MAX_DESCRIPTOR_LEN`]), replacing the old one.
+    /// [`FsError::NotSupported`] where the file system cannot keep it.
+    fn set_security_descriptor(&self, descriptor: &[u8]) -> Result<(), FsError>;
 }
 
 /// Volume figures for FileFsSize/FullSize/Volume/Attribute/SectorSize information.

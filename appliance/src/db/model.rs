@@ -59,6 +59,8 @@ pub struct SmbUser {
     pub name: String,
     /// MD4 of the UTF-16LE password.
     pub nt_hash: [u8; 16],
+    /// The user's row id: the SMB server names the user by it in security descriptors.
+    pub id: i64,
 }
 
 /// An SMB share as configured.

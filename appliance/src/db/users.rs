@@ -186,14 +186,20 @@ impl Db {
         let conn = self.lock();
         let row = conn
             .query_row(
-                "SELECT name, nt_hash FROM users WHERE name = ?1",
+                "SELECT name, nt_hash, id FROM users WHERE name = ?1",
                 [name],
-                |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)),
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, Vec<u8>>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                },
             )
             .optional()?;
-        Ok(row.and_then(|(name, hash)| {
+        Ok(row.and_then(|(name, hash, id)| {
             let nt_hash: [u8; 16] = hash.try_into().ok()?;
-            Some(SmbUser { name, nt_hash })
+            Some(SmbUser { name, nt_hash, id })
         }))
     }
 

@@ -47,10 +47,31 @@ pub async fn run(
     });
     let config = ServerConfig {
         ciphers,
+        machine_sid: machine_sid(&state)?,
         ..ServerConfig::new()
     };
     server::serve(listeners, backend, config, shutdown).await?;
     Ok(())
+}
+
+/// Settings key of the machine SID users' SIDs are formed under.
+const MACHINE_SID_SETTING: &str = "smb.machine_sid";
+
+/// The appliance's machine SID: made once, on the first start, and kept in the config DB,
+/// since stored security descriptors name users by it.
+fn machine_sid(state: &AppState) -> anyhow::Result<quarry_smb::security::Sid> {
+    use anyhow::Context;
+    if let Some(text) = state.db.setting(MACHINE_SID_SETTING)? {
+        return quarry_smb::security::Sid::parse(&text)
+            .with_context(|| format!("setting {MACHINE_SID_SETTING} holds no SID: {text:?}"));
+    }
+    let sid = quarry_smb::server::random_machine_sid();
+    state.db.set_setting(
+        &crate::db::Actor::system(),
+        MACHINE_SID_SETTING,
+        &sid.to_string(),
+    )?;
+    Ok(sid)
 }
 
 /// The appliance as the SMB server's [`Backend`].
@@ -83,6 +104,17 @@ impl Backend for AppBackend {
     fn nt_hash(&self, user: &str) -> Option<[u8; 16]> {
         match self.state.db.smb_user(user) {
             Ok(u) => u.map(|u| u.nt_hash),
+            Err(e) => {
+                tracing::error!(error = %e, "SMB user lookup failed");
+                None
+            }
+        }
+    }
+
+    fn user_rid(&self, user: &str) -> Option<u32> {
+        match self.state.db.smb_user(user) {
+            // Windows numbers accounts from 1000; row ids start at 1.
+            Ok(u) => u.and_then(|u| u32::try_from(u.id).ok()?.checked_add(1000)),
             Err(e) => {
                 tracing::error!(error = %e, "SMB user lookup failed");
                 None

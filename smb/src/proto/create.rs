@@ -52,6 +52,8 @@ pub const MAX_CREATE_CONTEXTS: usize = 32;
 pub const CTX_MXAC: &[u8] = b"MxAc";
 /// Create context name: query on-disk file id.
 pub const CTX_QFID: &[u8] = b"QFid";
+/// SMB2_CREATE_SD_BUFFER: the security descriptor of a file being created.
+pub const CTX_SECD: &[u8] = b"SecD";
 
 /// One create context, borrowed from the request.
 #[derive(Debug, Clone, PartialEq, Eq)]

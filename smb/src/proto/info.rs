@@ -380,14 +380,14 @@ pub fn encode_file_info(class: u8, a: &FileAttrs, f: &OpenFacts) -> Option<Vec<u
             out.put_utf16(&f.name);
         }
         class::ALTERNATE_NAME => {
-            // No 8.3 names are generated: a name that already is 8.3 is its own short name;
-            // others have none (what Windows answers with short names disabled).
+            // The root has no name, so no short name; others get their 8.3 form.
             let last = f.name.rsplit('\\').next().unwrap_or("");
-            if !is_8dot3(last) {
+            if last.is_empty() {
                 return None;
             }
-            out.put_u32(len_u32(utf16_len(last)));
-            out.put_utf16(last);
+            let short = crate::vfs::names::short_name(last);
+            out.put_u32(len_u32(utf16_len(&short)));
+            out.put_utf16(&short);
         }
         class::STREAM => {
             if !f.directory {
@@ -410,19 +410,6 @@ pub fn encode_file_info(class: u8, a: &FileAttrs, f: &OpenFacts) -> Option<Vec<u
         _ => return None,
     }
     Some(out)
-}
-
-/// True for a name that is valid as an MS-DOS 8.3 name (1-8 chars, optional 1-3 char
-/// extension, no spaces or characters illegal in short names).
-pub fn is_8dot3(name: &str) -> bool {
-    let legal = |c: char| c.is_ascii_alphanumeric() || "!#$%&'()-@^_`{}~".contains(c);
-    let (base, ext) = match name.split_once('.') {
-        Some((b, e)) => (b, Some(e)),
-        None => (name, None),
-    };
-    (1..=8).contains(&base.len())
-        && base.chars().all(legal)
-        && ext.is_none_or(|e| (1..=3).contains(&e.len()) && e.chars().all(legal))
 }
 
 /// Minimum output buffer length for a fixed-size class; a shorter buffer gets

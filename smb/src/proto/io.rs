@@ -256,6 +256,16 @@ pub fn encode_error_response(out: &mut Vec<u8>) {
     out.put_u8(0);
 }
 
+/// Appends an error response carrying ErrorData (MS-SMB2 2.2.2), e.g. the size a
+/// BUFFER_TOO_SMALL answer says is needed.
+pub fn encode_error_response_with_data(out: &mut Vec<u8>, data: &[u8]) {
+    out.put_u16(9);
+    out.put_u8(0);
+    out.put_u8(0);
+    out.put_u32(super::wire::len_u32(data.len()));
+    out.extend_from_slice(data);
+}
+
 /// Appends the common "StructureSize 9, offset, length, buffer" response body used by
 /// QUERY_DIRECTORY and QUERY_INFO.
 pub fn encode_buffer_response(out: &mut Vec<u8>, data: &[u8]) {

@@ -233,6 +233,10 @@ pub struct SessionSecurity {
 pub trait Backend: Send + Sync + 'static {
     /// The NT hash of `user` (case-insensitive), or `None` when unknown.
     fn nt_hash(&self, user: &str) -> Option<[u8; 16]>;
+    /// The relative id of `user` under [`ServerConfig::machine_sid`]: stable for the
+    /// user's lifetime and never shared by two users, since it names the user as owner
+    /// and trustee in stored security descriptors.
+    fn user_rid(&self, user: &str) -> Option<u32>;
     /// The share `name` (case-insensitive), or `None`.
     fn share(&self, name: &str) -> Option<ShareConfig>;
     /// Every share, for srvsvc NetShareEnumAll.
@@ -268,6 +272,9 @@ pub struct ServerConfig {
     /// clients by FSCTL_QUERY_NETWORK_INTERFACE_INFO; a wildcard address stands for the
     /// address each client connected to.
     pub interfaces: Vec<SocketAddr>,
+    /// The machine SID (S-1-5-21-a-b-c) users' SIDs are formed under. It must persist
+    /// across restarts: stored descriptors name owners by it.
+    pub machine_sid: crate::security::Sid,
 }
 
 impl ServerConfig {
@@ -283,8 +290,17 @@ impl ServerConfig {
             domain: "WORKGROUP".into(),
             ciphers: crate::crypto::Cipher::ALL.to_vec(),
             interfaces: Vec::new(),
+            machine_sid: random_machine_sid(),
         }
     }
+}
+
+/// A fresh machine SID: S-1-5-21 and three random sub-authorities.
+pub fn random_machine_sid() -> crate::security::Sid {
+    let mut b = [0u8; 12];
+    random_bytes(&mut b);
+    let part = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    crate::security::Sid::new(5, &[21, part(0), part(4), part(8)])
 }
 
 impl Default for ServerConfig {

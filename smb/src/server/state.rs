@@ -110,6 +110,8 @@ pub struct Session {
     pub nonce_counter: u64,
     /// The appliance's session registry entry.
     pub observer: Option<std::sync::Arc<dyn SessionObserver>>,
+    /// Who the session acts as in security descriptors (set when authentication ends).
+    pub token: Option<Arc<crate::security::Token>>,
 }
 
 impl Session {
@@ -122,6 +124,7 @@ impl Session {
                 preauth,
             },
             user: String::new(),
+            token: None,
             guest: false,
             signing_key: None,
             encrypt_key: None,
@@ -133,6 +136,18 @@ impl Session {
             opens: HashMap::new(),
             nonce_counter: 0,
             observer: None,
+        }
+    }
+
+    /// The session's token; before authentication ends, an anonymous one.
+    pub fn token(&self) -> Arc<crate::security::Token> {
+        match &self.token {
+            Some(t) => t.clone(),
+            None => Arc::new(crate::server::handlers::security::session_token(
+                &crate::security::Sid::anonymous(),
+                None,
+                true,
+            )),
         }
     }
 

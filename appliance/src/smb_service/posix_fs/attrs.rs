@@ -34,11 +34,11 @@ impl XattrSupport {
         self.0.store(false, Ordering::Relaxed);
     }
 
-    fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
 
-    fn note(&self, e: &std::io::Error) {
+    pub(crate) fn note(&self, e: &std::io::Error) {
         if sys::xattr_unsupported(e) && self.0.swap(false, Ordering::Relaxed) {
             tracing::warn!("share file system has no user xattrs: DOS attributes and creation times will not persist");
         }

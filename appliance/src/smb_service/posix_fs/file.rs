@@ -15,10 +15,11 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use quarry_smb::vfs::names::split_path;
 use quarry_smb::vfs::{
     attr, filetime_to_unix, AllocatedRange, BasicInfoChange, DirCursor, FileInfo, FsError, FsFile,
-    FILETIME_FREEZE, FILETIME_THAW,
+    StoredDescriptor, FILETIME_FREEZE, FILETIME_THAW,
 };
 
 use super::attrs;
+use super::descriptor;
 use super::dir::PosixDirCursor;
 use super::resolve;
 use super::sys;
@@ -700,6 +701,17 @@ impl FsFile for PosixFile {
             pos = hole;
         }
         Ok((ranges, false))
+    }
+
+    fn security_descriptor(&self) -> Result<StoredDescriptor, FsError> {
+        descriptor::read(self.file.as_fd(), &self.share.xattrs)
+    }
+
+    fn set_security_descriptor(&self, sd: &[u8]) -> Result<(), FsError> {
+        if self.share.config.read_only {
+            return Err(FsError::AccessDenied("read-only share".into()));
+        }
+        descriptor::write(self.file.as_fd(), sd, &self.share.xattrs, false)
     }
 }
 

@@ -17,6 +17,7 @@
 //! released when it shrinks or is deleted.
 
 pub mod attrs;
+pub mod descriptor;
 pub mod dir;
 pub mod file;
 pub mod resolve;
@@ -33,8 +34,8 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use quarry_smb::vfs::names::split_path;
 use quarry_smb::vfs::{
-    attr, create_options, fs_attr, CreateAction, CreateDisposition, CreateRequest, FsError, FsInfo,
-    Opened, ShareFs,
+    attr, create_options, fs_attr, CreateAction, CreateDisposition, CreateRequest, ExistingFile,
+    FsError, FsInfo, Opened, ShareFs,
 };
 
 use crate::pool::ShareQuota;
@@ -166,6 +167,14 @@ impl PosixShareFs {
             libc::O_RDONLY | libc::O_DIRECTORY,
             true,
         )?;
+        if let Some(gate) = req.security {
+            let stored = descriptor::read(fd.as_fd(), &self.inner.xattrs)?;
+            gate.check_existing(&ExistingFile {
+                descriptor: stored.as_deref(),
+                is_dir: true,
+                parent: None,
+            })?;
+        }
         let file = PosixFile::new(self.inner.clone(), fd, Vec::new(), false, false)?;
         let info = file.current_info()?;
         Ok(Opened {
@@ -223,6 +232,16 @@ impl PosixShareFs {
                 "delete-on-close of a read-only file".into(),
             ));
         }
+        if let Some(gate) = req.security {
+            let stored = descriptor::read(fd.as_fd(), &self.inner.xattrs)?;
+            let xattrs = &self.inner.xattrs;
+            let parent = || descriptor::read_dir(loc.parent_fd.as_fd(), xattrs);
+            gate.check_existing(&ExistingFile {
+                descriptor: stored.as_deref(),
+                is_dir: st.is_dir(),
+                parent: Some(&parent),
+            })?;
+        }
         // MS-FSA 2.1.5.1.2.1: replacing a hidden or system file must say so.
         let kept = info.attributes & (attr::HIDDEN | attr::SYSTEM);
         if truncate && kept & !req.attributes != 0 {
@@ -270,6 +289,13 @@ impl PosixShareFs {
         let parent = loc.parent_fd.as_fd();
         let cname = sys::cstr(&loc.name).map_err(|_| FsError::InvalidName(loc.name.clone()))?;
         let is_dir = req.options & create_options::DIRECTORY_FILE != 0;
+        let new_descriptor = match req.security {
+            Some(gate) => {
+                let parent_sd = descriptor::read_dir(parent, &self.inner.xattrs)?;
+                Some(gate.descriptor_for_new(parent_sd.as_deref(), is_dir)?)
+            }
+            None => None,
+        };
         let ns = self.inner.names.lock_namespace();
         // Another open of this share may have created the name, in any case, since `locate`.
         if resolve::lookup_locked(&self.inner.names, &ns, parent, &loc.name)?.is_some() {
@@ -305,6 +331,9 @@ impl PosixShareFs {
         };
         if stored != attrs::default_attributes(is_dir) & attr::SETTABLE {
             attrs::write_attributes(fd.as_fd(), stored, &self.inner.xattrs)?;
+        }
+        if let Some(sd) = &new_descriptor {
+            descriptor::write(fd.as_fd(), sd, &self.inner.xattrs, true)?;
         }
         let write_through = req.options & create_options::WRITE_THROUGH != 0;
         let file = PosixFile::new(

@@ -59,6 +59,7 @@ fn req(path: &str, disposition: D) -> CreateRequest<'_> {
         write: true,
         read: true,
         allocation_size: 0,
+        security: None,
     }
 }
 
@@ -1066,5 +1067,125 @@ fn delete_on_close_of_read_only_files_is_refused_before_creating() {
     assert_eq!(
         fx.fs.create(&doc).unwrap_err().nt_status(),
         nt::CANNOT_DELETE
+    );
+}
+
+use quarry_smb::vfs::FsError;
+
+/// What the gate saw of one existing file: its descriptor and, when asked, its parent's.
+type SeenExisting = (Option<Vec<u8>>, Option<Option<Vec<u8>>>);
+
+/// A gate that records what the storage layer tells it and refuses what it is told to.
+#[derive(Debug, Default)]
+struct RecordingGate {
+    refuse_existing: bool,
+    seen_existing: std::sync::Mutex<Vec<SeenExisting>>,
+    seen_parent_of_new: std::sync::Mutex<Vec<Option<Vec<u8>>>>,
+}
+
+impl quarry_smb::vfs::CreateSecurity for RecordingGate {
+    fn check_existing(&self, f: &quarry_smb::vfs::ExistingFile<'_>) -> Result<(), FsError> {
+        let parent = match f.parent {
+            Some(read) => Some(read()?),
+            None => None,
+        };
+        self.seen_existing
+            .lock()
+            .unwrap()
+            .push((f.descriptor.map(<[u8]>::to_vec), parent));
+        if self.refuse_existing {
+            return Err(FsError::AccessDenied("refused by the test gate".into()));
+        }
+        Ok(())
+    }
+
+    fn descriptor_for_new(&self, parent: Option<&[u8]>, is_dir: bool) -> Result<Vec<u8>, FsError> {
+        self.seen_parent_of_new
+            .lock()
+            .unwrap()
+            .push(parent.map(<[u8]>::to_vec));
+        Ok(if is_dir {
+            b"dir-sd".to_vec()
+        } else {
+            b"file-sd".to_vec()
+        })
+    }
+}
+
+#[test]
+fn descriptors_are_stored_at_create_and_shown_to_the_gate_before_truncation() {
+    let fx = fixture();
+    let gate = RecordingGate::default();
+    let dir = fx
+        .fs
+        .create(&CreateRequest {
+            options: co::DIRECTORY_FILE,
+            security: Some(&gate),
+            ..req("d", D::Create)
+        })
+        .unwrap();
+    assert_eq!(
+        dir.file.security_descriptor().unwrap(),
+        Some(b"dir-sd".to_vec())
+    );
+    let f = fx
+        .fs
+        .create(&CreateRequest {
+            security: Some(&gate),
+            ..req("d\\f", D::Create)
+        })
+        .unwrap();
+    f.file.write_at(0, b"kept", false).unwrap();
+    drop(f);
+    assert_eq!(
+        *gate.seen_parent_of_new.lock().unwrap(),
+        vec![None, Some(b"dir-sd".to_vec())],
+        "the share root has no stored descriptor; the new directory has"
+    );
+    let refusing = RecordingGate {
+        refuse_existing: true,
+        ..Default::default()
+    };
+    let refused = fx.fs.create(&CreateRequest {
+        security: Some(&refusing),
+        ..req("d\\f", D::Overwrite)
+    });
+    assert_eq!(refused.err().map(|e| e.nt_status()), Some(0xC000_0022));
+    assert_eq!(
+        *refusing.seen_existing.lock().unwrap(),
+        vec![(Some(b"file-sd".to_vec()), Some(Some(b"dir-sd".to_vec())))]
+    );
+    let again = open(&fx, "d\\f", D::Open).unwrap();
+    assert_eq!(
+        again.info.end_of_file, 4,
+        "a refused overwrite truncates nothing"
+    );
+    again.file.set_security_descriptor(b"new-sd").unwrap();
+    assert_eq!(
+        again.file.security_descriptor().unwrap(),
+        Some(b"new-sd".to_vec())
+    );
+    let root = fx
+        .fs
+        .create(&CreateRequest {
+            security: Some(&refusing),
+            ..req("", D::Open)
+        })
+        .err();
+    assert!(root.is_some(), "the share root is checked too");
+}
+
+#[test]
+fn without_xattrs_an_explicit_descriptor_is_refused_not_dropped() {
+    let fx = fixture();
+    fx.fs.inner.xattrs.disable();
+    let f = open(&fx, "plain", D::Create).unwrap();
+    assert_eq!(f.file.security_descriptor().unwrap(), None);
+    assert_eq!(
+        f.file
+            .set_security_descriptor(b"sd")
+            .map_err(|e| e.nt_status()),
+        Err(0xC000_00BB),
+        "NOT_SUPPORTED"
     );
 }

@@ -6,7 +6,7 @@ use crate::notify;
 use crate::oplock::{Holder, OpenImpact, Want};
 use crate::proto::create::{
     encode_close_response, mxac_response, qfid_response, CloseRequest, CreateRequest,
-    CreateResponse, CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_MXAC, CTX_QFID, FILE_CREATED,
+    CreateResponse, CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_MXAC, CTX_QFID, CTX_SECD, FILE_CREATED,
     FILE_DELETE_ON_CLOSE, FILE_OPENED, FILE_OVERWRITTEN, FILE_SUPERSEDED,
 };
 use crate::proto::durable::{
@@ -123,23 +123,25 @@ fn wanted_caching(conn: &Connection, req: &CreateRequest<'_>) -> Want {
 
 /// Handles CREATE.
 pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest<'_>) -> HResult {
-    let fs = {
+    let (fs, token) = {
         let s = super::session(conn, ctx)?;
         if s.opens.len() >= MAX_OPENS_PER_SESSION {
             return Err(status::INSUFFICIENT_RESOURCES);
         }
+        let token = s.token();
         let t = s
             .trees
             .get(&ctx.tree_id)
             .ok_or(status::NETWORK_NAME_DELETED)?;
-        match &t.kind {
+        let fs = match &t.kind {
             TreeKind::Ipc => None,
             TreeKind::Disk {
                 fs,
                 read_only,
                 state,
             } => Some((fs.clone(), *read_only, state.clone())),
-        }
+        };
+        (fs, token)
     };
     let Some((fs, read_only, share_state)) = fs else {
         return open_pipe(conn, ctx, &req).await;
@@ -158,16 +160,32 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         CreateDisposition::from_wire(req.create_disposition).ok_or(status::INVALID_PARAMETER)?;
     let maximal = if read_only { ACCESS_READ } else { ACCESS_ALL };
     let access = map_access(req.desired_access, maximal);
-    let delete_on_close = req.create_options & FILE_DELETE_ON_CLOSE != 0;
-    if delete_on_close && access & DELETE == 0 {
-        return Err(status::ACCESS_DENIED);
-    }
     let truncates = matches!(
         disposition,
         CreateDisposition::Overwrite
             | CreateDisposition::OverwriteIf
             | CreateDisposition::Supersede
     );
+    let supplied = match req.context(CTX_SECD) {
+        Some(c) => Some(super::security::decode_supplied(
+            c.data,
+            &token,
+            crate::security::secinfo::OWNER,
+        )?),
+        None => None,
+    };
+    let gate = std::sync::Arc::new(super::security::OpenGate::new(
+        token,
+        map_access(req.desired_access & !MAXIMUM_ALLOWED, maximal),
+        req.desired_access & MAXIMUM_ALLOWED != 0,
+        maximal,
+        supplied,
+        truncates,
+    ));
+    let delete_on_close = req.create_options & FILE_DELETE_ON_CLOSE != 0;
+    if delete_on_close && access & DELETE == 0 {
+        return Err(status::ACCESS_DENIED);
+    }
     if read_only
         && (access & WRITE_BITS != 0
             || disposition.may_create() && disposition != CreateDisposition::OpenIf
@@ -216,6 +234,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
                 write: false,
                 read: false,
                 allocation_size: 0,
+                security: None,
             };
             match probe_fs.create(&r) {
                 Ok(o) => Ok(Some(o.info.file_id)),
@@ -257,8 +276,9 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
                 .try_open(
                     inode,
                     probe_id,
+                    // Truncation writes: it conflicts with opens that deny writing.
                     OpenMode {
-                        access,
+                        access: access | FILE_WRITE_DATA,
                         share: req.share_access,
                     },
                     false,
@@ -267,6 +287,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
             let _ = modes.close(inode, probe_id);
         }
     }
+    let open_gate = gate.clone();
     let opened = blocking(move || {
         let disp = if ro && disposition == CreateDisposition::OpenIf {
             CreateDisposition::Open
@@ -281,6 +302,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
             write,
             read,
             allocation_size: 0,
+            security: Some(&*open_gate),
         };
         let o = fs.create(&r)?;
         if delete_on_close {
@@ -294,6 +316,12 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     })
     .await?;
     let file_id = new_file_id(conn);
+    // The descriptor may grant less than a MAXIMUM_ALLOWED open first assumed.
+    let access = gate.granted();
+    let mode = OpenMode {
+        access,
+        share: req.share_access,
+    };
     if delete_on_close {
         check_may_delete(access, opened.info.attributes).map_err(|e| e.nt_status())?;
     }
@@ -328,7 +356,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     };
     let mut contexts: Vec<(&'static [u8], Vec<u8>)> = Vec::new();
     if req.context(CTX_MXAC).is_some() {
-        contexts.push((CTX_MXAC, mxac_response(status::SUCCESS, maximal)));
+        contexts.push((CTX_MXAC, mxac_response(status::SUCCESS, gate.maximal())));
     }
     if req.context(CTX_QFID).is_some() {
         contexts.push((CTX_QFID, qfid_response(opened.info.file_id, 0)));
@@ -597,6 +625,7 @@ async fn close_preserved(
             write: false,
             read: false,
             allocation_size: 0,
+            security: None,
         };
         Ok(probe_fs.create(&r).ok().map(|o| o.info.file_id))
     })

@@ -6,7 +6,8 @@ use crate::proto::fsinfo::{encode_fs_info, fs_min_output_len, FsFacts, FsSize};
 use crate::proto::info::{
     class, decode_disposition, decode_disposition_ex, decode_u64_info, encode_file_info,
     encode_set_info_response, min_output_len, BasicInfo, OpenFacts, QueryInfoRequest, RenameInfo,
-    SetInfoRequest, DISPOSITION_EX_DELETE, INFO_FILE, INFO_FILESYSTEM, MAX_QUERY_INFO_OUTPUT,
+    SetInfoRequest, DISPOSITION_EX_DELETE, INFO_FILE, INFO_FILESYSTEM, INFO_SECURITY,
+    MAX_QUERY_INFO_OUTPUT,
 };
 use crate::proto::io::encode_buffer_response;
 use crate::proto::status;
@@ -21,6 +22,24 @@ use crate::server::state::TreeKind;
 
 /// FILE_WRITE_ATTRIBUTES.
 const FILE_WRITE_ATTRIBUTES: u32 = 0x0000_0100;
+
+/// FILE_READ_ATTRIBUTES.
+const FILE_READ_ATTRIBUTES: u32 = 0x0000_0080;
+/// FILE_READ_EA.
+const FILE_READ_EA: u32 = 0x0000_0008;
+
+/// The right a handle needs to query a file information class (MS-FSA 2.1.5.12): times
+/// and attributes need FILE_READ_ATTRIBUTES, extended attributes FILE_READ_EA; names,
+/// sizes, positions and the like need nothing.
+fn query_access(class: u8) -> u32 {
+    match class {
+        class::BASIC | class::ALL | class::NETWORK_OPEN | class::ATTRIBUTE_TAG => {
+            FILE_READ_ATTRIBUTES
+        }
+        class::FULL_EA => FILE_READ_EA,
+        _ => 0,
+    }
+}
 
 fn finish_output(data: Vec<u8>, max: u32, min: usize) -> HResult {
     let max = usize::try_from(max.min(MAX_QUERY_INFO_OUTPUT)).unwrap_or(0);
@@ -45,6 +64,10 @@ pub async fn query_info(
     match req.info_type {
         INFO_FILE => {
             let open = super::open(conn, ctx, req.file_id)?;
+            let needed = query_access(req.class);
+            if open.pipe.is_none() && open.access & needed != needed {
+                return Err(status::ACCESS_DENIED);
+            }
             let f = file_of(open)?;
             let delete_pending = match open.pipe {
                 Some(_) => false,
@@ -94,6 +117,10 @@ pub async fn query_info(
             let data = encode_fs_info(req.class, &facts).ok_or(status::INVALID_INFO_CLASS)?;
             finish_output(data, req.output_buffer_length, fs_min_output_len(req.class))
         }
+        INFO_SECURITY => {
+            let len = req.output_buffer_length.min(MAX_QUERY_INFO_OUTPUT);
+            super::security::query(conn, ctx, req.file_id, req.additional_information, len).await
+        }
         _ => Err(status::NOT_SUPPORTED),
     }
 }
@@ -108,6 +135,16 @@ pub async fn set_info(
     ctx: &mut Ctx<'_>,
     req: SetInfoRequest<'_>,
 ) -> HResult {
+    if req.info_type == INFO_SECURITY {
+        return super::security::set(
+            conn,
+            ctx,
+            req.file_id,
+            req.additional_information,
+            req.buffer,
+        )
+        .await;
+    }
     if req.info_type != INFO_FILE {
         return Err(status::NOT_SUPPORTED);
     }

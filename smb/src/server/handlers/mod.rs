@@ -11,6 +11,7 @@ pub mod negotiate;
 pub mod notify;
 pub mod oplock;
 pub mod pipe;
+pub mod security;
 pub mod session;
 pub mod tree;
 

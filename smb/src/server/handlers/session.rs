@@ -23,12 +23,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Adapts the appliance backend to the auth module's credential lookup.
 /// The backend's hashes, remembering the user name asked for (for failed-login reports).
-struct Lookup(Arc<dyn Backend>, std::sync::Mutex<Option<String>>);
+/// The RID of a user whose hash was found is kept too: it names the user in security
+/// descriptors.
+struct Lookup(
+    Arc<dyn Backend>,
+    std::sync::Mutex<Option<String>>,
+    std::sync::Mutex<Option<u32>>,
+);
 
 impl NtHashLookup for Lookup {
     fn nt_hash(&self, user: &str, _domain: &str) -> Option<[u8; 16]> {
         *self.1.lock().unwrap_or_else(|p| p.into_inner()) = Some(user.to_string());
-        self.0.nt_hash(user)
+        let hash = self.0.nt_hash(user)?;
+        *self.2.lock().unwrap_or_else(|p| p.into_inner()) = self.0.user_rid(user);
+        Some(hash)
     }
 }
 
@@ -41,19 +49,32 @@ fn names(conn: &Connection) -> ServerNames {
     }
 }
 
+/// What one NTLM leg produced: the exchange, its result, the user name it asked for and
+/// that user's RID.
+type StepOutcome = (
+    Box<NtlmServer>,
+    Result<AuthStep, AuthError>,
+    Option<String>,
+    Option<u32>,
+);
+
 /// Runs one NTLM leg on the blocking pool (the NT hash comes from the appliance's user
-/// table). Returns the exchange, its result and the user name it asked for, or `None`
-/// when the blocking task failed.
+/// table). `None` when the blocking task failed.
 async fn step(
     backend: Arc<dyn Backend>,
     mut ntlm: Box<NtlmServer>,
     token: Vec<u8>,
-) -> Option<(Box<NtlmServer>, Result<AuthStep, AuthError>, Option<String>)> {
+) -> Option<StepOutcome> {
     tokio::task::spawn_blocking(move || {
-        let lookup = Lookup(backend, std::sync::Mutex::new(None));
+        let lookup = Lookup(
+            backend,
+            std::sync::Mutex::new(None),
+            std::sync::Mutex::new(None),
+        );
         let r = ntlm.step(&token, &lookup);
         let user = lookup.1.into_inner().unwrap_or_else(|p| p.into_inner());
-        (ntlm, r, user)
+        let rid = lookup.2.into_inner().unwrap_or_else(|p| p.into_inner());
+        (ntlm, r, user, rid)
     })
     .await
     .ok()
@@ -140,7 +161,8 @@ pub async fn session_setup(
     if neg.dialect == DIALECT_311 {
         preauth.update(ctx.msg);
     }
-    let Some((ntlm, result, tried_user)) = step(conn.backend.clone(), ntlm, token).await else {
+    let Some((ntlm, result, tried_user, rid)) = step(conn.backend.clone(), ntlm, token).await
+    else {
         conn.state.sessions.remove(&sid);
         return Err(status::INTERNAL_ERROR);
     };
@@ -280,6 +302,11 @@ pub async fn session_setup(
                 o.channel_added(conn.traffic.clone());
             }
             s.user = user.clone();
+            s.token = Some(Arc::new(super::security::session_token(
+                &conn.config.machine_sid,
+                rid,
+                anonymous,
+            )));
             s.observer = observer;
             s.auth = AuthState::Valid;
             if !anonymous && req.previous_session_id != 0 && req.previous_session_id != sid {
@@ -386,7 +413,7 @@ async fn bind(
         preauth.update(ctx.msg);
     }
     let token = req.security_buffer.to_vec();
-    let Some((ntlm, result, tried_user)) = step(conn.backend.clone(), ntlm, token).await else {
+    let Some((ntlm, result, tried_user, _)) = step(conn.backend.clone(), ntlm, token).await else {
         return Err(status::INTERNAL_ERROR);
     };
     match result {
