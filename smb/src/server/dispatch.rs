@@ -189,6 +189,13 @@ pub async fn dispatch(conn: &mut Connection, ctx: &mut Ctx<'_>) -> Reply {
         Request::SetInfo(r) => handlers::info::set_info(conn, ctx, r).await,
     };
     let reply = r.unwrap_or_else(Reply::error);
+    if status::is_error(reply.status) {
+        tracing::trace!(
+            command = ctx.hdr.command,
+            status = format_args!("{:#010x}", reply.status),
+            "request failed"
+        );
+    }
     match kind {
         Some(kind) => observed(conn, ctx, kind, started, reply),
         None => reply,

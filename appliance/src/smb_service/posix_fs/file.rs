@@ -60,6 +60,13 @@ fn io_err(context: &str) -> impl FnOnce(std::io::Error) -> FsError + '_ {
 }
 
 impl PosixFile {
+    /// Whether the file carries the SPARSE_FILE attribute (FSCTL_SET_SPARSE).
+    fn is_sparse(&self) -> bool {
+        attrs::read_stored(self.file.as_fd(), &self.share.xattrs)
+            .attributes
+            .is_some_and(|a| a & attr::SPARSE_FILE != 0)
+    }
+
     /// Wraps an opened descriptor.
     pub(crate) fn new(
         share: Arc<ShareInner>,
@@ -635,7 +642,14 @@ impl FsFile for PosixFile {
             return Ok(());
         }
         let epoch = self.epoch();
-        let result = match sys::punch_hole(self.file.as_fd(), offset, end - offset) {
+        // A sparse file gives the range back to the file system; any other stays fully
+        // allocated, as on NTFS.
+        let zeroed = if self.is_sparse() {
+            sys::punch_hole(self.file.as_fd(), offset, end - offset)
+        } else {
+            sys::zero_range(self.file.as_fd(), offset, end - offset)
+        };
+        let result = match zeroed {
             Ok(()) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
                 let zeros = vec![0u8; ZERO_CHUNK];
@@ -677,6 +691,18 @@ impl FsFile for PosixFile {
         }
         let fd = self.file.as_fd();
         let end = offset.saturating_add(length).min(self.size()?);
+        if !self.is_sparse() {
+            // A file that is not sparse is allocated throughout (NTFS semantics; its
+            // zeroed ranges were kept allocated), whatever holes it was created with.
+            let ranges = (offset < end && max_ranges > 0)
+                .then_some(AllocatedRange {
+                    offset,
+                    length: end - offset,
+                })
+                .into_iter()
+                .collect();
+            return Ok((ranges, offset < end && max_ranges == 0));
+        }
         let mut ranges = Vec::new();
         let mut pos = offset;
         while pos < end {

@@ -290,6 +290,23 @@ pub fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// `fallocate(FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE)`: zeroes a range and keeps it
+/// allocated (what zeroing a non-sparse file means on NTFS).
+pub fn zero_range(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
+    let off = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let len = i64::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: plain syscall on a valid descriptor.
+    cvt(unsafe {
+        libc::fallocate(
+            fd.as_raw_fd(),
+            libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+            off,
+            len,
+        )
+    })?;
+    Ok(())
+}
+
 /// `lseek(fd, offset, SEEK_DATA or SEEK_HOLE)`; `Ok(None)` when ENXIO (no more data).
 pub fn seek_data_or_hole(fd: BorrowedFd<'_>, offset: u64, data: bool) -> io::Result<Option<u64>> {
     let off = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;

@@ -5,8 +5,8 @@ use std::os::unix::fs::symlink;
 use std::sync::Arc;
 
 use quarry_smb::vfs::{
-    attr, create_options as co, nt, BasicInfoChange, CreateAction, CreateDisposition as D,
-    CreateRequest, DirEntry, FsFile, Opened, ShareFs,
+    attr, create_options as co, nt, AllocatedRange, BasicInfoChange, CreateAction,
+    CreateDisposition as D, CreateRequest, DirEntry, FsError, FsFile, Opened, ShareFs,
 };
 
 use super::{PosixShareConfig, PosixShareFs};
@@ -659,6 +659,22 @@ fn sparse_zero_data_and_allocated_ranges() {
     assert_eq!(o.file.info().unwrap().end_of_file, 5 * MIB);
     o.file.set_sparse(false).unwrap();
     assert_eq!(o.file.info().unwrap().attributes & attr::SPARSE_FILE, 0);
+    let (ranges, _) = o.file.allocated_ranges(0, 5 * MIB, 16).unwrap();
+    assert_eq!(
+        ranges,
+        vec![AllocatedRange {
+            offset: 0,
+            length: 5 * MIB
+        }],
+        "a file that is not sparse is allocated throughout"
+    );
+    use std::os::unix::fs::MetadataExt;
+    let allocated = || std::fs::metadata(fx.root.join("sparse")).unwrap().blocks();
+    let before = allocated();
+    o.file.zero_data(4 * MIB, MIB).unwrap();
+    assert_eq!(allocated(), before, "zeroing a non-sparse file keeps its blocks");
+    o.file.read_at(4 * MIB, &mut buf).unwrap();
+    assert_eq!(buf, vec![0u8; 16]);
 }
 
 #[test]
@@ -1069,8 +1085,6 @@ fn delete_on_close_of_read_only_files_is_refused_before_creating() {
         nt::CANNOT_DELETE
     );
 }
-
-use quarry_smb::vfs::FsError;
 
 /// What the gate saw of one existing file: its descriptor and, when asked, its parent's.
 type SeenExisting = (Option<Vec<u8>>, Option<Option<Vec<u8>>>);
