@@ -187,9 +187,24 @@ pub struct CreateRequest<'a> {
     /// open reports at least this allocation (rounded up to the cluster), as Windows and
     /// Samba do; no space is reserved and nothing is charged to the quota. 0 = none.
     pub allocation_size: u64,
+    /// A named data stream of the file at `path` to open or create instead of the file's
+    /// data ([`names::split_stream`] checked its syntax). The disposition applies to the
+    /// stream; a missing file is created (empty) when the disposition may create.
+    pub stream: Option<&'a str>,
     /// The server's security decisions, asked at the moments only the storage layer can
     /// (`None`: no descriptors are checked or stored, e.g. an internal probe open).
     pub security: Option<&'a dyn CreateSecurity>,
+}
+
+/// One data stream of a file (FileStreamInformation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamInfo {
+    /// The stream's name as stored; empty for the unnamed (default) data stream.
+    pub name: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Bytes allocated for it.
+    pub allocation: u64,
 }
 
 /// Stored descriptor bytes of one file, or `None` when none was ever stored.
@@ -343,7 +358,10 @@ pub trait FsFile: Send + Sync {
     /// share). With `replace_if_exists` an existing file target is replaced (its space
     /// released); an existing directory target is never replaced (ACCESS_DENIED) and without
     /// the flag any existing target gives OBJECT_NAME_COLLISION. A rename to a different case
-    /// of the same name is allowed.
+    /// of the same name is allowed. Through a named stream's open, `new_path` is
+    /// `:name[:$DATA]` and the stream is renamed within its file (an existing target is
+    /// OBJECT_NAME_COLLISION without the flag and INVALID_PARAMETER with it, as NTFS
+    /// answers); a file's own open refuses such a target (INVALID_PARAMETER).
     fn rename(&self, new_path: &str, replace_if_exists: bool) -> Result<(), FsError>;
     /// The file id ([`FileInfo::file_id`]) of the directory holding this file, so a rename
     /// can respect opens of that directory; `None` for the share root or when unknown.
@@ -379,6 +397,14 @@ pub trait FsFile: Send + Sync {
         length: u64,
         max_ranges: usize,
     ) -> Result<(Vec<AllocatedRange>, bool), FsError>;
+    /// The file's data streams: the unnamed one first (files only; a directory has none)
+    /// and then the named ones. Through a stream's open, those of its file.
+    fn streams(&self) -> Result<Vec<StreamInfo>, FsError>;
+    /// Removes the file this open belongs to: the open's own name for a file or
+    /// directory ([`FsFile::unlink`]), the file that holds it for a named stream. The
+    /// server calls it when the last open of a stream closes after its file's last open
+    /// closed with the file's delete pending.
+    fn unlink_file(&self) -> Result<(), FsError>;
     /// The stored security descriptor (self-relative bytes), `None` when none was stored.
     fn security_descriptor(&self) -> Result<StoredDescriptor, FsError>;
     /// Stores a security descriptor (self-relative bytes, at most
@@ -420,8 +446,12 @@ pub mod fs_attr {
     pub const CASE_PRESERVED_NAMES: u32 = 0x0000_0002;
     /// FILE_UNICODE_ON_DISK.
     pub const UNICODE_ON_DISK: u32 = 0x0000_0004;
+    /// FILE_PERSISTENT_ACLS: security descriptors are kept and enforced.
+    pub const PERSISTENT_ACLS: u32 = 0x0000_0008;
     /// FILE_SUPPORTS_SPARSE_FILES.
     pub const SUPPORTS_SPARSE_FILES: u32 = 0x0000_0040;
+    /// FILE_NAMED_STREAMS.
+    pub const NAMED_STREAMS: u32 = 0x0004_0000;
     /// FILE_SUPPORTS_OBJECT_IDS.
     pub const SUPPORTS_OBJECT_IDS: u32 = 0x0001_0000;
 }

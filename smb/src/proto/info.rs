@@ -314,6 +314,9 @@ pub struct OpenFacts {
     pub mode: u32,
     /// The name relative to the share, with a leading backslash.
     pub name: String,
+    /// The file's data streams (FileStreamInformation): name (empty for the unnamed
+    /// one), size and allocation. Filled only for that class.
+    pub streams: Vec<(String, u64, u64)>,
 }
 
 /// Appends FileBasicInformation (40 bytes).
@@ -375,9 +378,16 @@ pub fn encode_file_info(class: u8, a: &FileAttrs, f: &OpenFacts) -> Option<Vec<u
             out.put_u32(a.attributes);
             out.put_u32(0);
         }
-        class::NAME | class::NORMALIZED_NAME => {
+        class::NAME => {
             out.put_u32(len_u32(utf16_len(&f.name)));
             out.put_utf16(&f.name);
+        }
+        class::NORMALIZED_NAME => {
+            // The share-relative path as stored, without the leading separator (empty
+            // for the root).
+            let name = f.name.trim_start_matches('\\');
+            out.put_u32(len_u32(utf16_len(name)));
+            out.put_utf16(name);
         }
         class::ALTERNATE_NAME => {
             // The root has no name, so no short name; others get their 8.3 form.
@@ -390,13 +400,22 @@ pub fn encode_file_info(class: u8, a: &FileAttrs, f: &OpenFacts) -> Option<Vec<u
             out.put_utf16(&short);
         }
         class::STREAM => {
-            if !f.directory {
-                let name = "::$DATA";
+            // FILE_STREAM_INFORMATION entries, each 8-byte aligned and chained.
+            for (i, (name, size, allocation)) in f.streams.iter().enumerate() {
+                let start = out.len();
+                let wire_name = format!(":{name}:$DATA");
                 out.put_u32(0);
-                out.put_u32(len_u32(utf16_len(name)));
-                out.put_u64(a.end_of_file);
-                out.put_u64(a.allocation_size);
-                out.put_utf16(name);
+                out.put_u32(len_u32(utf16_len(&wire_name)));
+                out.put_u64(*size);
+                out.put_u64(*allocation);
+                out.put_utf16(&wire_name);
+                if i + 1 < f.streams.len() {
+                    while (out.len() - start) % 8 != 0 {
+                        out.put_u8(0);
+                    }
+                    let next = len_u32(out.len() - start);
+                    out[start..start + 4].copy_from_slice(&next.to_le_bytes());
+                }
             }
         }
         class::COMPRESSION => {

@@ -1340,11 +1340,16 @@ impl Connection {
                 key,
             } = r;
             let last = i + 1 == n;
-            if !last {
+            if n > 1 {
+                // Every response of a compound is padded to 8 bytes, the last one too
+                // (what Windows and Samba send; smbtorture checks a READ's body size).
                 let padded = msg.len().next_multiple_of(8);
                 msg.resize(padded, 0);
-                let next = u32::try_from(padded).map_err(|_| violation("response too large"))?;
-                msg[20..24].copy_from_slice(&next.to_le_bytes());
+                if !last {
+                    let next =
+                        u32::try_from(padded).map_err(|_| violation("response too large"))?;
+                    msg[20..24].copy_from_slice(&next.to_le_bytes());
+                }
             }
             let encrypting = encrypt_for.is_some_and(|sid| {
                 self.state

@@ -209,6 +209,25 @@ fn normal_path(p: &str) -> String {
 struct FileEntry {
     opens: Vec<OpenEntry>,
     delete_pending: bool,
+    /// For a named stream, the key of its file (whose deletion and DELETE opens it
+    /// takes part in).
+    base: Option<FileKey>,
+}
+
+/// The key of a file's named stream in the share-mode, lock and oplock tables: the
+/// file's key and the stream's case-folded name hashed (FNV-1a), with the top bit set
+/// so that it never equals a file's own key (an inode number).
+pub fn stream_key(file: FileKey, stream: &str) -> FileKey {
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+    let h = stream
+        .to_lowercase()
+        .bytes()
+        .chain(file.to_le_bytes())
+        .fold(FNV_OFFSET, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)
+        });
+    h | (1 << 63)
 }
 
 /// What closing an open means for its file.
@@ -219,6 +238,9 @@ pub struct CloseOutcome {
     /// The last open closed on a delete-pending file: the server deletes it now
     /// (`FsFile::unlink`).
     pub delete_now: bool,
+    /// The last open of a stream closed on a file whose own last open closed with its
+    /// delete pending: the server deletes the file now (`FsFile::unlink_file`).
+    pub delete_file_now: bool,
 }
 
 /// Open files of one share with their share modes and delete state (MS-FSA Open/Stream
@@ -251,12 +273,48 @@ impl ShareModeTable {
             }
             check_share_access(entry.opens.iter().map(|o| &o.mode), mode)?;
         }
+        if mode.access & rights::DELETE != 0 {
+            // DELETE on a file needs every open of its streams to share delete.
+            let streams = self
+                .files
+                .values()
+                .filter(|e| e.base == Some(file))
+                .flat_map(|e| e.opens.iter());
+            if streams
+                .into_iter()
+                .any(|o| o.mode.share & share::DELETE == 0)
+            {
+                return Err(ShareModeError::SharingViolation);
+            }
+        }
         self.files.entry(file).or_default().opens.push(OpenEntry {
             id: open,
             mode,
             delete_on_close,
             path: String::new(),
         });
+        Ok(())
+    }
+
+    /// Registers an open of the named stream `stream` (its [`stream_key`]) of file `file`:
+    /// DELETE_PENDING while the file is being deleted, else the sharing check against
+    /// the stream's own opens only (streams share independently of each other and of the
+    /// file's data).
+    pub fn try_open_stream(
+        &mut self,
+        file: FileKey,
+        stream: FileKey,
+        open: OpenId,
+        mode: OpenMode,
+        delete_on_close: bool,
+    ) -> Result<(), ShareModeError> {
+        if self.files.get(&file).is_some_and(|e| e.delete_pending) {
+            return Err(ShareModeError::DeletePending);
+        }
+        self.try_open(stream, open, mode, delete_on_close)?;
+        if let Some(e) = self.files.get_mut(&stream) {
+            e.base = Some(file);
+        }
         Ok(())
     }
 
@@ -345,11 +403,13 @@ impl ShareModeTable {
     /// Closes an open: a delete-on-close open marks the file delete-pending; the last close
     /// of a delete-pending file tells the caller to delete it.
     pub fn close(&mut self, file: FileKey, open: OpenId) -> CloseOutcome {
+        let mut outcome = CloseOutcome {
+            remaining: 0,
+            delete_now: false,
+            delete_file_now: false,
+        };
         let Some(entry) = self.files.get_mut(&file) else {
-            return CloseOutcome {
-                remaining: 0,
-                delete_now: false,
-            };
+            return outcome;
         };
         if let Some(pos) = entry.opens.iter().position(|o| o.id == open) {
             let closed = entry.opens.swap_remove(pos);
@@ -357,15 +417,42 @@ impl ShareModeTable {
                 entry.delete_pending = true;
             }
         }
-        let remaining = entry.opens.len();
-        let delete_now = remaining == 0 && entry.delete_pending;
-        if remaining == 0 {
-            self.files.remove(&file);
+        outcome.remaining = entry.opens.len();
+        if outcome.remaining > 0 {
+            return outcome;
         }
-        CloseOutcome {
-            remaining,
-            delete_now,
+        let delete_pending = entry.delete_pending;
+        let base = entry.base;
+        match base {
+            None if delete_pending && self.stream_opens(file) => {
+                // The file goes when the last open of its streams closes; until then
+                // its entry stays, delete pending and without opens.
+            }
+            None => {
+                self.files.remove(&file);
+                outcome.delete_now = delete_pending;
+            }
+            Some(base) => {
+                self.files.remove(&file);
+                outcome.delete_now = delete_pending;
+                let orphan = self
+                    .files
+                    .get(&base)
+                    .is_some_and(|b| b.opens.is_empty() && b.delete_pending);
+                if orphan && !self.stream_opens(base) {
+                    self.files.remove(&base);
+                    outcome.delete_file_now = true;
+                }
+            }
         }
+        outcome
+    }
+
+    /// Whether any stream of `file` is open.
+    fn stream_opens(&self, file: FileKey) -> bool {
+        self.files
+            .values()
+            .any(|e| e.base == Some(file) && !e.opens.is_empty())
     }
 }
 
@@ -375,6 +462,50 @@ mod tests {
 
     fn m(access: u32, share: u32) -> OpenMode {
         OpenMode { access, share }
+    }
+
+    #[test]
+    fn streams_share_apart_but_take_part_in_their_files_deletion() {
+        let mut t = ShareModeTable::new();
+        let (file, one, two) = (7, stream_key(7, "One"), stream_key(7, "two"));
+        assert_eq!(
+            one,
+            stream_key(7, "ONE"),
+            "stream names are case-insensitive"
+        );
+        assert_ne!(one, two);
+        t.try_open_stream(file, one, 1, m(FILE_WRITE_DATA, 0), false)
+            .unwrap();
+        t.try_open_stream(file, two, 2, m(FILE_WRITE_DATA, 0), false)
+            .unwrap();
+        assert_eq!(
+            t.try_open_stream(file, one, 3, m(FILE_WRITE_DATA, 0), false),
+            Err(ShareModeError::SharingViolation)
+        );
+        assert_eq!(
+            t.try_open(file, 4, m(DELETE, share::ALL), true),
+            Err(ShareModeError::SharingViolation),
+            "a stream open without SHARE_DELETE blocks DELETE on its file"
+        );
+        t.close(two, 2);
+        t.close(one, 1);
+        t.try_open_stream(file, one, 5, m(FILE_READ_DATA, share::ALL), false)
+            .unwrap();
+        t.try_open(file, 6, m(DELETE, share::ALL), true).unwrap();
+        let closed = t.close(file, 6);
+        assert!(!closed.delete_now, "the file waits for its open stream");
+        assert_eq!(
+            t.try_open_stream(file, one, 7, m(FILE_READ_DATA, share::ALL), false),
+            Err(ShareModeError::DeletePending)
+        );
+        assert_eq!(
+            t.try_open(file, 8, m(FILE_READ_DATA, share::ALL), false),
+            Err(ShareModeError::DeletePending)
+        );
+        let last = t.close(one, 5);
+        assert!(last.delete_file_now && !last.delete_now);
+        t.try_open(file, 9, m(FILE_READ_DATA, share::ALL), false)
+            .unwrap();
     }
 
     #[test]
@@ -506,7 +637,8 @@ mod tests {
             t.close(7, 1),
             CloseOutcome {
                 remaining: 2,
-                delete_now: false
+                delete_now: false,
+                delete_file_now: false
             }
         );
         assert!(t.is_delete_pending(7));
@@ -518,14 +650,16 @@ mod tests {
             t.close(7, 2),
             CloseOutcome {
                 remaining: 1,
-                delete_now: false
+                delete_now: false,
+                delete_file_now: false
             }
         );
         assert_eq!(
             t.close(7, 3),
             CloseOutcome {
                 remaining: 0,
-                delete_now: true
+                delete_now: true,
+                delete_file_now: false
             }
         );
         // The entry is gone: the name can be reused.
@@ -545,7 +679,8 @@ mod tests {
             t.close(1, 10),
             CloseOutcome {
                 remaining: 0,
-                delete_now: false
+                delete_now: false,
+                delete_file_now: false
             }
         );
         t.try_open(1, 11, m(DELETE, share::ALL), true).unwrap();
@@ -554,7 +689,8 @@ mod tests {
             t.close(1, 11),
             CloseOutcome {
                 remaining: 0,
-                delete_now: false
+                delete_now: false,
+                delete_file_now: false
             }
         );
         assert!(!t.set_delete_on_close(1, 11, true));
@@ -573,7 +709,8 @@ mod tests {
             t.close(3, 2),
             CloseOutcome {
                 remaining: 1,
-                delete_now: false
+                delete_now: false,
+                delete_file_now: false
             }
         );
     }

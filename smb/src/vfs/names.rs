@@ -70,6 +70,70 @@ fn strip_default_stream(name: &str) -> &str {
     }
 }
 
+/// Longest stream name in bytes once stored: what an xattr name leaves after the
+/// storage layer's prefix (`user.quarry.stream.`, 19 of Linux's 255 bytes).
+pub const MAX_STREAM_NAME_BYTES: usize = 236;
+
+/// A client path split at its stream syntax (`file:stream[:$DATA]`, MS-FSCC 2.1.5.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamPath<'a> {
+    /// The file (or directory) path, still to be validated by [`split_path`].
+    pub file: &'a str,
+    /// The named data stream, as the client spelled it; `None` for the unnamed stream.
+    pub stream: Option<&'a str>,
+    /// The client named the unnamed stream explicitly (`file::$DATA`): a directory then
+    /// cannot be opened (it has no data stream).
+    pub explicit_default: bool,
+}
+
+/// Splits `path` at its first `:` into the file and its stream. The stream part must be
+/// `name`, `name:$DATA` or `:$DATA` (the type case-insensitive), with no separator in it
+/// (a `:` inside a directory component is refused) and the name at most
+/// [`MAX_STREAM_NAME_BYTES`]; wildcards and control characters other than NUL are legal
+/// in stream names, as on NTFS. Anything else is OBJECT_NAME_INVALID.
+pub fn split_stream(path: &str) -> Result<StreamPath<'_>, FsError> {
+    let Some((file, rest)) = path.split_once(':') else {
+        return Ok(StreamPath {
+            file: path,
+            stream: None,
+            explicit_default: false,
+        });
+    };
+    let invalid = |why: &str| FsError::InvalidName(format!("stream syntax in {path:?}: {why}"));
+    if rest.contains(is_separator) {
+        return Err(invalid("separator after ':'"));
+    }
+    let mut parts = rest.splitn(3, ':');
+    let name = parts.next().unwrap_or("");
+    let kind = parts.next();
+    if parts.next().is_some() {
+        return Err(invalid("more than two ':'"));
+    }
+    if let Some(k) = kind {
+        if !k.eq_ignore_ascii_case("$DATA") {
+            return Err(invalid("stream type other than $DATA"));
+        }
+    }
+    if name.is_empty() {
+        return match kind {
+            Some(_) => Ok(StreamPath {
+                file,
+                stream: None,
+                explicit_default: true,
+            }),
+            None => Err(invalid("empty stream name")),
+        };
+    }
+    if name.contains('\0') || name.len() > MAX_STREAM_NAME_BYTES {
+        return Err(invalid("stream name too long or with NUL"));
+    }
+    Ok(StreamPath {
+        file,
+        stream: Some(name),
+        explicit_default: false,
+    })
+}
+
 /// Validates one path component (a file or directory name).
 ///
 /// - empty → OBJECT_NAME_INVALID; `.`/`..` → OBJECT_PATH_SYNTAX_BAD (no escapes, ever);
@@ -356,5 +420,44 @@ mod tests {
         // ß upcases to "SS" (two characters): Windows keeps it distinct.
         assert!(!eq_fold("ß", "ss"));
         assert_eq!(fold("MiXeD"), "MIXED");
+    }
+
+    #[test]
+    fn stream_syntax_splits_or_is_refused() {
+        let sp = |p| split_stream(p).map_err(|e| e.nt_status());
+        let named = |f, n| StreamPath {
+            file: f,
+            stream: Some(n),
+            explicit_default: false,
+        };
+        assert_eq!(
+            sp("a\\f.txt"),
+            Ok(StreamPath {
+                file: "a\\f.txt",
+                stream: None,
+                explicit_default: false
+            })
+        );
+        assert_eq!(sp("f:One"), Ok(named("f", "One")));
+        assert_eq!(sp("f:Two:$DaTa"), Ok(named("f", "Two")));
+        assert_eq!(sp("f:?Str\x05eam*:$DATA"), Ok(named("f", "?Str\x05eam*")));
+        assert_eq!(
+            sp("f::$DATA"),
+            Ok(StreamPath {
+                file: "f",
+                stream: None,
+                explicit_default: true
+            })
+        );
+        let invalid = Err(0xC000_0033);
+        assert_eq!(sp("f:"), invalid, "empty stream name");
+        assert_eq!(sp("f:One:"), invalid, "empty type");
+        assert_eq!(sp("f:One:$FOO"), invalid);
+        assert_eq!(sp("f:One:$DATA:x"), invalid);
+        assert_eq!(sp("d:x\\f"), invalid, "':' in a directory component");
+        assert_eq!(
+            sp(&format!("f:{}", "s".repeat(MAX_STREAM_NAME_BYTES + 1))),
+            invalid
+        );
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use quarry_smb::vfs::names::split_path;
 use quarry_smb::vfs::{
     attr, filetime_to_unix, AllocatedRange, BasicInfoChange, DirCursor, FileInfo, FsError, FsFile,
-    StoredDescriptor, FILETIME_FREEZE, FILETIME_THAW,
+    StoredDescriptor, StreamInfo, FILETIME_FREEZE, FILETIME_THAW,
 };
 
 use super::attrs;
@@ -60,6 +60,30 @@ fn io_err(context: &str) -> impl FnOnce(std::io::Error) -> FsError + '_ {
 }
 
 impl PosixFile {
+    /// The open descriptor (streams keep their bytes in its xattrs).
+    pub(crate) fn raw_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
+    /// Whether the share is read-only.
+    pub(crate) fn share_read_only(&self) -> bool {
+        self.share.config.read_only
+    }
+
+    /// The share's record of xattr support.
+    pub(crate) fn xattrs(&self) -> &super::attrs::XattrSupport {
+        &self.share.xattrs
+    }
+
+    /// Holds the file's size lock (streams serialise their read-modify-writes on it).
+    pub(crate) fn size_lock(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
+        self.shared.size.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// fsync: data and metadata (xattrs included).
+    pub(crate) fn sync_all(&self) -> Result<(), FsError> {
+        self.file.sync_all().map_err(io_err("fsync"))
+    }
     /// Whether the file carries the SPARSE_FILE attribute (FSCTL_SET_SPARSE).
     fn is_sparse(&self) -> bool {
         attrs::read_stored(self.file.as_fd(), &self.share.xattrs)
@@ -450,6 +474,11 @@ impl FsFile for PosixFile {
     }
 
     fn rename(&self, new_path: &str, replace_if_exists: bool) -> Result<(), FsError> {
+        if new_path.starts_with(':') {
+            return Err(FsError::InvalidParameter(
+                "the unnamed stream cannot be renamed".into(),
+            ));
+        }
         if self.share.config.read_only {
             return Err(FsError::AccessDenied("read-only share".into()));
         }
@@ -727,6 +756,15 @@ impl FsFile for PosixFile {
             pos = hole;
         }
         Ok((ranges, false))
+    }
+
+    fn streams(&self) -> Result<Vec<StreamInfo>, FsError> {
+        let info = (!self.is_dir).then(|| self.current_info()).transpose()?;
+        super::stream::list(self.file.as_fd(), &self.share.xattrs, info.as_ref())
+    }
+
+    fn unlink_file(&self) -> Result<(), FsError> {
+        self.unlink()
     }
 
     fn security_descriptor(&self) -> Result<StoredDescriptor, FsError> {

@@ -21,6 +21,7 @@ pub mod descriptor;
 pub mod dir;
 pub mod file;
 pub mod resolve;
+pub mod stream;
 pub mod sys;
 #[cfg(test)]
 mod tests;
@@ -147,7 +148,7 @@ impl PosixShareFs {
         })
     }
 
-    fn open_root(&self, req: &CreateRequest<'_>) -> Result<Opened, FsError> {
+    fn open_root(&self, req: &CreateRequest<'_>) -> Result<Made, FsError> {
         use CreateDisposition::*;
         if req.options & create_options::NON_DIRECTORY_FILE != 0 {
             return Err(FsError::IsDirectory);
@@ -176,15 +177,10 @@ impl PosixShareFs {
             })?;
         }
         let file = PosixFile::new(self.inner.clone(), fd, Vec::new(), false, false)?;
-        let info = file.current_info()?;
-        Ok(Opened {
-            file: Box::new(file),
-            action: CreateAction::Opened,
-            info,
-        })
+        Ok((file, CreateAction::Opened))
     }
 
-    fn open_existing(&self, loc: &Located, req: &CreateRequest<'_>) -> Result<Opened, FsError> {
+    fn open_existing(&self, loc: &Located, req: &CreateRequest<'_>) -> Result<Made, FsError> {
         use CreateDisposition::*;
         let truncate = matches!(req.disposition, Supersede | Overwrite | OverwriteIf);
         let want_write = req.write || truncate;
@@ -266,15 +262,10 @@ impl PosixShareFs {
             file.truncate_for_overwrite(req.attributes)?;
             file.set_allocation_hint(req.allocation_size);
         }
-        let info = file.current_info()?;
-        Ok(Opened {
-            file: Box::new(file),
-            action,
-            info,
-        })
+        Ok((file, action))
     }
 
-    fn create_new(&self, loc: &Located, req: &CreateRequest<'_>) -> Result<Opened, FsError> {
+    fn create_new(&self, loc: &Located, req: &CreateRequest<'_>) -> Result<Made, FsError> {
         if self.inner.config.read_only {
             return Err(FsError::AccessDenied("read-only share".into()));
         }
@@ -346,17 +337,68 @@ impl PosixShareFs {
         if !is_dir {
             file.set_allocation_hint(req.allocation_size);
         }
-        let info = file.current_info()?;
-        Ok(Opened {
-            file: Box::new(file),
-            action: CreateAction::Created,
-            info,
-        })
+        Ok((file, CreateAction::Created))
     }
 }
 
-impl ShareFs for PosixShareFs {
-    fn create(&self, req: &CreateRequest<'_>) -> Result<Opened, FsError> {
+/// A file or directory opened or created by [`PosixShareFs::create_file`], and what was done.
+type Made = (PosixFile, CreateAction);
+
+impl PosixShareFs {
+    /// Opens or creates a named stream: its file first (created empty when the
+    /// disposition may create and it is missing), then the stream per the disposition.
+    fn open_stream(&self, req: &CreateRequest<'_>, stream: &str) -> Result<Opened, FsError> {
+        use CreateDisposition::*;
+        if req.options & create_options::DIRECTORY_FILE != 0 {
+            return Err(FsError::NotDirectory);
+        }
+        let file_req = CreateRequest {
+            disposition: if req.disposition.may_create() {
+                OpenIf
+            } else {
+                Open
+            },
+            options: req.options
+                & !(create_options::DELETE_ON_CLOSE
+                    | create_options::NON_DIRECTORY_FILE
+                    | create_options::DIRECTORY_FILE),
+            write: false,
+            stream: None,
+            ..req.clone()
+        };
+        let (file, file_action) = self.create_file(&file_req)?;
+        let fd = file.raw_fd();
+        let existing = stream::find_stream(fd, &self.inner.xattrs, stream)?;
+        let truncate = matches!(req.disposition, Supersede | Overwrite | OverwriteIf);
+        let changes = truncate || existing.is_none();
+        if changes && self.inner.config.read_only {
+            return Err(FsError::AccessDenied("read-only share".into()));
+        }
+        let (name, action) = match (existing, req.disposition) {
+            (Some(_), Create) => return Err(FsError::Exists(format!("stream {stream:?}"))),
+            (None, Open | Overwrite) => {
+                return Err(FsError::NotFound(format!("stream {stream:?}")))
+            }
+            (Some(n), Open | OpenIf) => (n, CreateAction::Opened),
+            (Some(n), Overwrite | OverwriteIf) => (n, CreateAction::Overwritten),
+            (Some(n), Supersede) => (n, CreateAction::Superseded),
+            (None, _) => (stream.to_string(), CreateAction::Created),
+        };
+        if changes {
+            stream::write_value(fd, &self.inner.xattrs, &name, &[])?;
+        }
+        let _ = file_action;
+        let opened = stream::StreamFile::new(file, name, req.write || truncate);
+        let info = quarry_smb::vfs::FsFile::info(&opened)?;
+        Ok(Opened {
+            file: Box::new(opened),
+            action,
+            info,
+        })
+    }
+
+    /// Opens or creates the file or directory itself (no stream).
+    fn create_file(&self, req: &CreateRequest<'_>) -> Result<Made, FsError> {
         use CreateDisposition::*;
         let dir_only = req.options & create_options::DIRECTORY_FILE != 0;
         if dir_only && req.options & create_options::NON_DIRECTORY_FILE != 0 {
@@ -399,6 +441,21 @@ impl ShareFs for PosixShareFs {
             },
         }
     }
+}
+
+impl ShareFs for PosixShareFs {
+    fn create(&self, req: &CreateRequest<'_>) -> Result<Opened, FsError> {
+        if let Some(stream) = req.stream {
+            return self.open_stream(req, stream);
+        }
+        let (file, action) = self.create_file(req)?;
+        let info = file.current_info()?;
+        Ok(Opened {
+            file: Box::new(file),
+            action,
+            info,
+        })
+    }
 
     fn fs_info(&self) -> Result<FsInfo, FsError> {
         let root = self.inner.root.as_fd();
@@ -424,9 +481,17 @@ impl ShareFs for PosixShareFs {
             label: self.inner.config.label.clone(),
             serial: volume_serial(vfs.fsid, st.dev, st.ino),
             created: info.creation_time,
-            fs_attributes: fs_attr::CASE_PRESERVED_NAMES
+            // Names are matched case-insensitively but a client may ask for an exact
+            // match, as on NTFS and Samba; descriptors and streams need user xattrs.
+            fs_attributes: fs_attr::CASE_SENSITIVE_SEARCH
+                | fs_attr::CASE_PRESERVED_NAMES
                 | fs_attr::UNICODE_ON_DISK
-                | fs_attr::SUPPORTS_SPARSE_FILES,
+                | fs_attr::SUPPORTS_SPARSE_FILES
+                | if self.inner.xattrs.enabled() {
+                    fs_attr::PERSISTENT_ACLS | fs_attr::NAMED_STREAMS
+                } else {
+                    0
+                },
             max_name_len: MAX_COMPONENT_NAME,
             fs_name: FS_NAME.to_string(),
         })

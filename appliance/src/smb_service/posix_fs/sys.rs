@@ -222,6 +222,41 @@ pub fn fgetxattr(fd: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> io::Result<
     }
 }
 
+/// Lists the xattr names of an open file (each NUL-terminated in the returned bytes).
+pub fn flistxattr(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; 1024];
+    loop {
+        // SAFETY: `buf` is valid for `buf.len()` bytes.
+        let rc = unsafe { libc::flistxattr(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if rc >= 0 {
+            buf.truncate(rc as usize);
+            return Ok(buf);
+        }
+        let err = io::Error::last_os_error();
+        // The list grew or is longer than the first guess: 64 KiB is the kernel's cap.
+        if err.raw_os_error() == Some(libc::ERANGE) && buf.len() < 65_536 {
+            buf.resize(65_536, 0);
+            continue;
+        }
+        return Err(err);
+    }
+}
+
+/// Removes an xattr of an open file; `Ok(false)` when it was absent.
+pub fn fremovexattr(fd: BorrowedFd<'_>, name: &CStr) -> io::Result<bool> {
+    // SAFETY: `name` is NUL-terminated.
+    let rc = unsafe { libc::fremovexattr(fd.as_raw_fd(), name.as_ptr()) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::ENODATA) {
+        Ok(false)
+    } else {
+        Err(err)
+    }
+}
+
 /// Sets an xattr of an open file.
 pub fn fsetxattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8]) -> io::Result<()> {
     // SAFETY: `value` is valid for its length; `name` is NUL-terminated.

@@ -59,6 +59,7 @@ fn req(path: &str, disposition: D) -> CreateRequest<'_> {
         write: true,
         read: true,
         allocation_size: 0,
+        stream: None,
         security: None,
     }
 }
@@ -672,7 +673,11 @@ fn sparse_zero_data_and_allocated_ranges() {
     let allocated = || std::fs::metadata(fx.root.join("sparse")).unwrap().blocks();
     let before = allocated();
     o.file.zero_data(4 * MIB, MIB).unwrap();
-    assert_eq!(allocated(), before, "zeroing a non-sparse file keeps its blocks");
+    assert_eq!(
+        allocated(),
+        before,
+        "zeroing a non-sparse file keeps its blocks"
+    );
     o.file.read_at(4 * MIB, &mut buf).unwrap();
     assert_eq!(buf, vec![0u8; 16]);
 }
@@ -1201,5 +1206,111 @@ fn without_xattrs_an_explicit_descriptor_is_refused_not_dropped() {
             .map_err(|e| e.nt_status()),
         Err(0xC000_00BB),
         "NOT_SUPPORTED"
+    );
+}
+
+/// Opens stream `name` of `path` with `disposition`.
+fn open_stream(fx: &Fixture, path: &str, name: &str, disposition: D) -> Result<Opened, u32> {
+    fx.fs
+        .create(&CreateRequest {
+            stream: Some(name),
+            ..req(path, disposition)
+        })
+        .map_err(|e| e.nt_status())
+}
+
+#[test]
+fn streams_live_in_their_file_and_follow_dispositions() {
+    let fx = fixture();
+    assert_eq!(
+        open_stream(&fx, "f", "s", D::Open).err(),
+        Some(nt::OBJECT_NAME_NOT_FOUND)
+    );
+    let s = open_stream(&fx, "f", "Zone.Identifier", D::Create).unwrap();
+    assert_eq!(s.action, CreateAction::Created);
+    assert!(
+        fx.root.join("f").is_file(),
+        "the file is created with its first stream"
+    );
+    s.file.write_at(0, b"[ZoneTransfer]", false).unwrap();
+    s.file.write_at(20, b"x", false).unwrap();
+    let mut buf = [9u8; 32];
+    assert_eq!(s.file.read_at(0, &mut buf).unwrap(), 21);
+    assert_eq!(&buf[..21], b"[ZoneTransfer]\0\0\0\0\0\0x");
+    assert_eq!(s.file.info().unwrap().end_of_file, 21);
+    assert_eq!(s.file.path(), "f:Zone.Identifier");
+    assert_eq!(
+        open_stream(&fx, "f", "zone.identifier", D::Create).err(),
+        Some(nt::OBJECT_NAME_COLLISION),
+        "names compare case-insensitively"
+    );
+    let again = open_stream(&fx, "F", "ZONE.IDENTIFIER", D::OverwriteIf).unwrap();
+    assert_eq!(again.action, CreateAction::Overwritten);
+    assert_eq!(again.info.end_of_file, 0);
+    let base = open(&fx, "f", D::Open).unwrap();
+    let names: Vec<(String, u64)> = base
+        .file
+        .streams()
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.name, s.size))
+        .collect();
+    assert_eq!(
+        names,
+        vec![(String::new(), 0), ("Zone.Identifier".to_string(), 0)]
+    );
+    again.file.rename(":Other:$DATA", false).unwrap();
+    assert_eq!(again.file.path(), "f:Other");
+    let second = open_stream(&fx, "f", "second", D::Create).unwrap();
+    assert_eq!(
+        second
+            .file
+            .rename(":other", false)
+            .err()
+            .map(|e| e.nt_status()),
+        Some(nt::OBJECT_NAME_COLLISION)
+    );
+    assert_eq!(
+        second
+            .file
+            .rename(":other", true)
+            .err()
+            .map(|e| e.nt_status()),
+        Some(nt::INVALID_PARAMETER)
+    );
+    second.file.unlink().unwrap();
+    assert_eq!(base.file.streams().unwrap().len(), 2, "unnamed plus Other");
+    assert!(
+        second
+            .file
+            .write_at(0, &vec![0u8; super::stream::MAX_STREAM_SIZE + 1], false)
+            .is_err(),
+        "streams are bounded by one xattr"
+    );
+}
+
+#[test]
+fn directories_have_streams_but_no_data_stream() {
+    let fx = fixture();
+    mkdir(&fx, "d");
+    let s = open_stream(&fx, "d", "meta", D::Create).unwrap();
+    assert!(!s.info.is_dir);
+    let dir = open(&fx, "d", D::Open).unwrap();
+    let names: Vec<String> = dir
+        .file
+        .streams()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, vec!["meta".to_string()]);
+    let as_dir = fx.fs.create(&CreateRequest {
+        options: co::DIRECTORY_FILE,
+        stream: Some("meta"),
+        ..req("d", D::Open)
+    });
+    assert_eq!(
+        as_dir.err().map(|e| e.nt_status()),
+        Some(nt::NOT_A_DIRECTORY)
     );
 }

@@ -7,7 +7,8 @@ use crate::oplock::{Holder, OpenImpact, Want};
 use crate::proto::create::{
     encode_close_response, mxac_response, qfid_response, CloseRequest, CreateRequest,
     CreateResponse, CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_MXAC, CTX_QFID, CTX_SECD, FILE_CREATED,
-    FILE_DELETE_ON_CLOSE, FILE_OPENED, FILE_OVERWRITTEN, FILE_SUPERSEDED,
+    FILE_DELETE_ON_CLOSE, FILE_DIRECTORY_FILE, FILE_NON_DIRECTORY_FILE, FILE_OPENED,
+    FILE_OVERWRITTEN, FILE_SUPERSEDED,
 };
 use crate::proto::durable::{
     decode_reconnect, durable_response, durable_response_v2, DurableReconnectV2, DurableRequestV2,
@@ -22,7 +23,7 @@ use crate::proto::{status, FileAttrs, FileId, ATTR_NORMAL};
 use crate::server::durable::Durable;
 use crate::server::pending::Wait;
 use crate::server::shared::{deliver, ShareState};
-use crate::share_mode::access::check_may_delete;
+use crate::share_mode::access::{check_may_delete, stream_key};
 use crate::share_mode::OpenMode;
 use crate::vfs::{self, CreateDisposition};
 
@@ -158,6 +159,19 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     }
     let disposition =
         CreateDisposition::from_wire(req.create_disposition).ok_or(status::INVALID_PARAMETER)?;
+    let named = vfs::names::split_stream(&req.name).map_err(|e| e.nt_status())?;
+    let stream = named.stream.map(str::to_string);
+    let mut create_options = req.create_options;
+    if named.stream.is_some() || named.explicit_default {
+        // Streams are data: never directories (and `dir::$DATA` names no stream).
+        if create_options & FILE_DIRECTORY_FILE != 0 {
+            return Err(status::NOT_A_DIRECTORY);
+        }
+        if named.explicit_default {
+            create_options |= FILE_NON_DIRECTORY_FILE;
+        }
+    }
+    let file_path = named.file.to_string();
     let maximal = if read_only { ACCESS_READ } else { ACCESS_ALL };
     let access = map_access(req.desired_access, maximal);
     let truncates = matches!(
@@ -211,11 +225,19 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     if !conn.shared.durable().is_empty() {
         // A durable handle left by a lost connection gives way to a new open of its file.
         let shared = conn.shared.clone();
-        close_preserved(&shared, &fs, &share_state, &req.name, req.create_options).await;
+        close_preserved(&shared, &fs, &share_state, &file_path, create_options).await;
     }
     let has_grants = !share_state.oplocks().is_empty();
-    let path = req.name.clone();
-    let options = req.create_options;
+    let path = file_path.clone();
+    let options = create_options;
+    // A stream has its own entry in the share-mode, lock and oplock tables.
+    let key_of = {
+        let stream = stream.clone();
+        move |file_id: u64| match &stream {
+            Some(s) => stream_key(file_id, s),
+            None => file_id,
+        }
+    };
     let attributes = req.file_attributes;
     let write = access & (FILE_WRITE_DATA | FILE_APPEND_DATA) != 0 || truncates;
     let read = access & (FILE_READ_DATA | FILE_EXECUTE) != 0;
@@ -234,6 +256,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
                 write: false,
                 read: false,
                 allocation_size: 0,
+                stream: None,
                 security: None,
             };
             match probe_fs.create(&r) {
@@ -242,7 +265,8 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
                 Err(e) => Err(e),
             }
         })
-        .await;
+        .await
+        .map(|id| id.map(&key_of));
         if let (Ok(Some(inode)), true) = (&existing, has_grants) {
             let inode = *inode;
             let impact = OpenImpact {
@@ -288,6 +312,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         }
     }
     let open_gate = gate.clone();
+    let open_stream = stream.clone();
     let opened = blocking(move || {
         let disp = if ro && disposition == CreateDisposition::OpenIf {
             CreateDisposition::Open
@@ -302,6 +327,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
             write,
             read,
             allocation_size: 0,
+            stream: open_stream.as_deref(),
             security: Some(&*open_gate),
         };
         let o = fs.create(&r)?;
@@ -325,16 +351,20 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     if delete_on_close {
         check_may_delete(access, opened.info.attributes).map_err(|e| e.nt_status())?;
     }
-    let inode = opened.info.file_id;
+    let file_inode = opened.info.file_id;
+    let inode = key_of(file_inode);
     if lease_key.is_some_and(|k| share_state.oplocks().key_used_elsewhere(&k, inode)) {
         return Err(status::INVALID_PARAMETER);
     }
     let open_count = {
         let mut modes = share_state.modes();
-        modes
-            .try_open(inode, file_id.volatile, mode, delete_on_close)
-            .map_err(|e| e.nt_status())?;
-        modes.set_path(inode, file_id.volatile, &req.name);
+        if stream.is_some() {
+            modes.try_open_stream(file_inode, inode, file_id.volatile, mode, delete_on_close)
+        } else {
+            modes.try_open(inode, file_id.volatile, mode, delete_on_close)
+        }
+        .map_err(|e| e.nt_status())?;
+        modes.set_path(inode, file_id.volatile, &file_path);
         modes.open_count(inode)
     };
     let granted = {
@@ -394,10 +424,10 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         notify::FILTER_FILE_NAME
     };
     if created == FILE_CREATED {
-        share_state.record_change(&req.name, notify::ACTION_ADDED, name_filter);
+        share_state.record_change(&file_path, notify::ACTION_ADDED, name_filter);
     } else if created == FILE_OVERWRITTEN || created == FILE_SUPERSEDED {
         share_state.record_change(
-            &req.name,
+            &file_path,
             notify::ACTION_MODIFIED,
             notify::FILTER_SIZE | notify::FILTER_LAST_WRITE,
         );
@@ -412,14 +442,14 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         pipe: None,
         access,
         is_dir: opened.info.is_dir,
-        inode: opened.info.file_id,
+        inode,
         delete_on_close,
         cursor: None,
         cursor_done: false,
         pattern: String::new(),
         position: Default::default(),
         mode: options & 0x0000_0002,
-        path: req.name.clone(),
+        path: file_path.clone(),
         durable,
         lock_sequences: [super::io::LOCK_SEQUENCE_UNSET; 64],
     };
@@ -505,6 +535,13 @@ pub async fn close_open(o: Open) -> Result<(), u32> {
             h.directory_deleted(&o.path);
         }
     });
+    if outcome.delete_file_now {
+        // The last open of a stream closed after its file's delete-pending last close.
+        if let Some(f) = o.file.clone() {
+            blocking(move || f.unlink_file()).await?;
+            share.record_change(&o.path, notify::ACTION_REMOVED, notify::FILTER_FILE_NAME);
+        }
+    }
     if outcome.delete_now {
         if let Some(f) = o.file {
             blocking(move || f.unlink()).await?;
@@ -625,6 +662,7 @@ async fn close_preserved(
             write: false,
             read: false,
             allocation_size: 0,
+            stream: None,
             security: None,
         };
         Ok(probe_fs.create(&r).ok().map(|o| o.info.file_id))

@@ -10,6 +10,7 @@ use crate::proto::info::{
     MAX_QUERY_INFO_OUTPUT,
 };
 use crate::proto::io::encode_buffer_response;
+use crate::proto::negotiate::DIALECT_311;
 use crate::proto::status;
 use crate::share_mode::access::check_may_delete;
 use crate::vfs::BasicInfoChange;
@@ -81,7 +82,30 @@ pub async fn query_info(
                 mode: open.mode,
                 ..Default::default()
             };
-            let (info, path) = blocking(move || Ok((f.info()?, f.path()))).await?;
+            // FileNormalizedNameInformation came with SMB 3.1.1 (MS-SMB2 3.3.5.20.1).
+            if req.class == class::NORMALIZED_NAME
+                && conn
+                    .state
+                    .negotiated
+                    .as_ref()
+                    .is_none_or(|n| n.dialect < DIALECT_311)
+            {
+                return Err(status::NOT_SUPPORTED);
+            }
+            let want_streams = req.class == class::STREAM;
+            let (info, path, streams) = blocking(move || {
+                let streams = if want_streams {
+                    f.streams()?
+                } else {
+                    Vec::new()
+                };
+                Ok((f.info()?, f.path(), streams))
+            })
+            .await?;
+            facts.streams = streams
+                .into_iter()
+                .map(|s| (s.name, s.size, s.allocation))
+                .collect();
             facts.file_index = info.file_id;
             facts.links = info.nlink;
             facts.name = format!("\\{path}");
@@ -211,6 +235,14 @@ pub async fn set_info(
             }
             if is_dir && share.modes().has_open_beneath(&current) {
                 return Err(status::ACCESS_DENIED);
+            }
+            if r.file_name.starts_with(':') {
+                // A stream renamed within its file: no name in the directory changes.
+                let name = r.file_name.clone();
+                blocking(move || f.rename(&name, r.replace_if_exists)).await?;
+                let mut body = Vec::with_capacity(2);
+                encode_set_info_response(&mut body);
+                return Ok(Reply::ok(body));
             }
             let target = r.file_name.trim_start_matches('\\').to_string();
             let t2 = target.clone();
