@@ -566,7 +566,14 @@ pub async fn close(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CloseRequest) 
         .ok_or(status::FILE_CLOSED)?;
     let post = if req.flags & CLOSE_FLAG_POSTQUERY_ATTRIB != 0 && !open.delete_on_close {
         match open.file.clone() {
-            Some(f) => blocking(move || f.info()).await.ok().map(|i| attrs_of(&i)),
+            // The close's own write-time stamp shows in the attributes it returns.
+            Some(f) => blocking(move || {
+                f.close()?;
+                f.info()
+            })
+            .await
+            .ok()
+            .map(|i| attrs_of(&i)),
             None => None,
         }
     } else {
