@@ -35,6 +35,8 @@ pub const FILTER_SIZE: u32 = 0x0008;
 pub const FILTER_LAST_WRITE: u32 = 0x0010;
 /// CompletionFilter: creation time changes.
 pub const FILTER_CREATION: u32 = 0x0040;
+/// CompletionFilter: extended attribute changes.
+pub const FILTER_EA: u32 = 0x0080;
 
 /// Bytes of change records buffered per watch; beyond it the watch overflows and the
 /// client is told to enumerate the directory (STATUS_NOTIFY_ENUM_DIR).

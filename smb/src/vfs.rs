@@ -397,6 +397,12 @@ pub trait FsFile: Send + Sync {
         length: u64,
         max_ranges: usize,
     ) -> Result<(Vec<AllocatedRange>, bool), FsError>;
+    /// The file's extended attributes (name, value), names as stored (upper case).
+    /// Through a stream's open, those of its file.
+    fn eas(&self) -> Result<Vec<(String, Vec<u8>)>, FsError>;
+    /// Sets extended attributes: each name (matched case-insensitively) gets its value,
+    /// an empty value removes it. NOT_SUPPORTED where the file system cannot keep them.
+    fn set_eas(&self, eas: &[(String, Vec<u8>)]) -> Result<(), FsError>;
     /// The file's data streams: the unnamed one first (files only; a directory has none)
     /// and then the named ones. Through a stream's open, those of its file.
     fn streams(&self) -> Result<Vec<StreamInfo>, FsError>;

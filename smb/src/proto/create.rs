@@ -54,6 +54,8 @@ pub const CTX_MXAC: &[u8] = b"MxAc";
 pub const CTX_QFID: &[u8] = b"QFid";
 /// SMB2_CREATE_SD_BUFFER: the security descriptor of a file being created.
 pub const CTX_SECD: &[u8] = b"SecD";
+/// SMB2_CREATE_EA_BUFFER: extended attributes of a file being created.
+pub const CTX_EXTA: &[u8] = b"ExtA";
 
 /// One create context, borrowed from the request.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -317,6 +317,8 @@ pub struct OpenFacts {
     /// The file's data streams (FileStreamInformation): name (empty for the unnamed
     /// one), size and allocation. Filled only for that class.
     pub streams: Vec<(String, u64, u64)>,
+    /// FileEaInformation.EaSize (also in FileAllInformation).
+    pub ea_size: u32,
 }
 
 /// Appends FileBasicInformation (40 bytes).
@@ -350,7 +352,7 @@ pub fn put_all(out: &mut Vec<u8>, a: &FileAttrs, f: &OpenFacts) {
     put_basic(out, a);
     put_standard(out, a, f);
     out.put_u64(f.file_index);
-    out.put_u32(0); // EaSize
+    out.put_u32(f.ea_size); // EaSize
     out.put_u32(f.access);
     out.put_u64(f.position);
     out.put_u32(f.mode);
@@ -367,7 +369,7 @@ pub fn encode_file_info(class: u8, a: &FileAttrs, f: &OpenFacts) -> Option<Vec<u
         class::BASIC => put_basic(&mut out, a),
         class::STANDARD => put_standard(&mut out, a, f),
         class::INTERNAL => out.put_u64(f.file_index),
-        class::EA => out.put_u32(0),
+        class::EA => out.put_u32(f.ea_size),
         class::ACCESS => out.put_u32(f.access),
         class::POSITION => out.put_u64(f.position),
         class::MODE => out.put_u32(f.mode),
@@ -410,7 +412,7 @@ pub fn encode_file_info(class: u8, a: &FileAttrs, f: &OpenFacts) -> Option<Vec<u
                 out.put_u64(*allocation);
                 out.put_utf16(&wire_name);
                 if i + 1 < f.streams.len() {
-                    while (out.len() - start) % 8 != 0 {
+                    while !(out.len() - start).is_multiple_of(8) {
                         out.put_u8(0);
                     }
                     let next = len_u32(out.len() - start);

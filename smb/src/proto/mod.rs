@@ -19,6 +19,7 @@
 pub mod create;
 pub mod dir;
 pub mod durable;
+pub mod ea;
 pub mod framing;
 pub mod fsinfo;
 pub mod header;

@@ -767,6 +767,17 @@ impl FsFile for PosixFile {
         self.unlink()
     }
 
+    fn eas(&self) -> Result<Vec<(String, Vec<u8>)>, FsError> {
+        super::ea::read_all(self.file.as_fd(), &self.share.xattrs)
+    }
+
+    fn set_eas(&self, eas: &[(String, Vec<u8>)]) -> Result<(), FsError> {
+        if self.share.config.read_only {
+            return Err(FsError::AccessDenied("read-only share".into()));
+        }
+        super::ea::write(self.file.as_fd(), &self.share.xattrs, eas)
+    }
+
     fn security_descriptor(&self) -> Result<StoredDescriptor, FsError> {
         descriptor::read(self.file.as_fd(), &self.share.xattrs)
     }

@@ -19,6 +19,7 @@
 pub mod attrs;
 pub mod descriptor;
 pub mod dir;
+pub mod ea;
 pub mod file;
 pub mod resolve;
 pub mod stream;

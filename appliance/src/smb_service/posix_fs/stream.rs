@@ -389,6 +389,14 @@ impl FsFile for StreamFile {
         self.file.streams()
     }
 
+    fn eas(&self) -> Result<Vec<(String, Vec<u8>)>, FsError> {
+        self.file.eas()
+    }
+
+    fn set_eas(&self, eas: &[(String, Vec<u8>)]) -> Result<(), FsError> {
+        self.file.set_eas(eas)
+    }
+
     fn security_descriptor(&self) -> Result<StoredDescriptor, FsError> {
         self.file.security_descriptor()
     }

@@ -1314,3 +1314,27 @@ fn directories_have_streams_but_no_data_stream() {
         Some(nt::NOT_A_DIRECTORY)
     );
 }
+
+#[test]
+fn extended_attributes_are_kept_upper_cased_and_removed_by_empty_values() {
+    let fx = fixture();
+    let f = open(&fx, "f", D::Create).unwrap();
+    assert!(f.file.eas().unwrap().is_empty());
+    f.file
+        .set_eas(&[
+            ("EaOne".into(), b"VALUE1".to_vec()),
+            ("second".into(), b"ValueTwo".to_vec()),
+        ])
+        .unwrap();
+    let s = open_stream(&fx, "f", "s", D::Create).unwrap();
+    assert_eq!(
+        s.file.eas().unwrap(),
+        vec![
+            ("EAONE".to_string(), b"VALUE1".to_vec()),
+            ("SECOND".to_string(), b"ValueTwo".to_vec())
+        ],
+        "a stream's open sees its file's EAs; streams are not EAs"
+    );
+    f.file.set_eas(&[("eaone".into(), Vec::new())]).unwrap();
+    assert_eq!(f.file.eas().unwrap().len(), 1);
+}

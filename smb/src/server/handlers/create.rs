@@ -6,8 +6,8 @@ use crate::notify;
 use crate::oplock::{Holder, OpenImpact, Want};
 use crate::proto::create::{
     encode_close_response, mxac_response, qfid_response, CloseRequest, CreateRequest,
-    CreateResponse, CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_MXAC, CTX_QFID, CTX_SECD, FILE_CREATED,
-    FILE_DELETE_ON_CLOSE, FILE_DIRECTORY_FILE, FILE_NON_DIRECTORY_FILE, FILE_OPENED,
+    CreateResponse, CLOSE_FLAG_POSTQUERY_ATTRIB, CTX_EXTA, CTX_MXAC, CTX_QFID, CTX_SECD,
+    FILE_CREATED, FILE_DELETE_ON_CLOSE, FILE_DIRECTORY_FILE, FILE_NON_DIRECTORY_FILE, FILE_OPENED,
     FILE_OVERWRITTEN, FILE_SUPERSEDED,
 };
 use crate::proto::durable::{
@@ -174,6 +174,14 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     let file_path = named.file.to_string();
     let maximal = if read_only { ACCESS_READ } else { ACCESS_ALL };
     let access = map_access(req.desired_access, maximal);
+    let initial_eas: Vec<(String, Vec<u8>)> = match req.context(CTX_EXTA) {
+        Some(c) => crate::proto::ea::decode_full_ea_list(c.data)
+            .map_err(|_| status::INVALID_PARAMETER)?
+            .into_iter()
+            .map(|e| (e.name, e.value))
+            .collect(),
+        None => Vec::new(),
+    };
     let truncates = matches!(
         disposition,
         CreateDisposition::Overwrite
@@ -331,6 +339,10 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
             security: Some(&*open_gate),
         };
         let o = fs.create(&r)?;
+        // EAs given at create time belong to a new (or replaced) file only.
+        if !initial_eas.is_empty() && o.action != vfs::CreateAction::Opened {
+            o.file.set_eas(&initial_eas)?;
+        }
         if delete_on_close {
             if let Err(e) = o.file.check_deletable() {
                 if !matches!(e, vfs::FsError::NotEmpty) {

@@ -2,6 +2,7 @@
 //! the storage trait.
 
 use crate::notify;
+use crate::proto::ea::{decode_full_ea_list, ea_size, encode_full_ea_list, Ea};
 use crate::proto::fsinfo::{encode_fs_info, fs_min_output_len, FsFacts, FsSize};
 use crate::proto::info::{
     class, decode_disposition, decode_disposition_ex, decode_u64_info, encode_file_info,
@@ -26,6 +27,92 @@ const FILE_WRITE_ATTRIBUTES: u32 = 0x0000_0100;
 
 /// FILE_READ_ATTRIBUTES.
 const FILE_READ_ATTRIBUTES: u32 = 0x0000_0080;
+/// FILE_WRITE_EA.
+const FILE_WRITE_EA: u32 = 0x0000_0010;
+/// STATUS_NO_EAS_ON_FILE.
+const NO_EAS_ON_FILE: u32 = 0xC000_0052;
+/// QUERY_INFO Flags: return only one entry.
+const SL_RETURN_SINGLE_ENTRY: u32 = 0x0000_0002;
+
+/// Storage EAs in their wire form.
+fn to_wire(eas: Vec<(String, Vec<u8>)>) -> Vec<Ea> {
+    eas.into_iter()
+        .map(|(name, value)| Ea {
+            name,
+            value,
+            flags: 0,
+        })
+        .collect()
+}
+
+/// Decodes a FILE_GET_EA_INFORMATION list (the names a FullEa query asks for).
+fn decode_get_ea_names(buf: &[u8]) -> Result<Vec<String>, u32> {
+    let mut names = Vec::new();
+    let mut pos = 0usize;
+    while pos < buf.len() {
+        let head = buf.get(pos..pos + 5).ok_or(status::INVALID_PARAMETER)?;
+        let next = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let len = usize::from(head[4]);
+        let name = buf
+            .get(pos + 5..pos + 5 + len)
+            .ok_or(status::INVALID_PARAMETER)?;
+        names.push(String::from_utf8_lossy(name).into_owned());
+        if next == 0 || names.len() >= crate::proto::ea::MAX_EAS {
+            break;
+        }
+        if next < 5 + len {
+            return Err(status::INVALID_PARAMETER);
+        }
+        pos += next;
+    }
+    Ok(names)
+}
+
+/// QUERY_INFO FileFullEaInformation: every EA, or those the input names (absent ones
+/// with an empty value); NO_EAS_ON_FILE when the file has none, BUFFER_TOO_SMALL when
+/// not even one entry fits, BUFFER_OVERFLOW with the entries that fit.
+async fn query_full_ea(
+    f: std::sync::Arc<dyn crate::vfs::FsFile>,
+    req: &QueryInfoRequest<'_>,
+) -> HResult {
+    let names = decode_get_ea_names(req.input)?;
+    let stored = to_wire(blocking(move || f.eas()).await?);
+    let mut eas = if names.is_empty() {
+        stored
+    } else {
+        names
+            .into_iter()
+            .map(|n| {
+                stored
+                    .iter()
+                    .find(|e| e.name.eq_ignore_ascii_case(&n))
+                    .cloned()
+                    .unwrap_or(Ea {
+                        name: n.to_ascii_uppercase(),
+                        value: Vec::new(),
+                        flags: 0,
+                    })
+            })
+            .collect()
+    };
+    if eas.is_empty() {
+        return Err(NO_EAS_ON_FILE);
+    }
+    if req.flags & SL_RETURN_SINGLE_ENTRY != 0 {
+        eas.truncate(1);
+    }
+    let max = usize::try_from(req.output_buffer_length.min(MAX_QUERY_INFO_OUTPUT)).unwrap_or(0);
+    let (data, count) = encode_full_ea_list(&eas, max);
+    if count == 0 {
+        return Err(status::BUFFER_TOO_SMALL);
+    }
+    let mut body = Vec::with_capacity(data.len() + 8);
+    encode_buffer_response(&mut body, &data);
+    if count < eas.len() {
+        return Ok(Reply::with_status(status::BUFFER_OVERFLOW, body));
+    }
+    Ok(Reply::ok(body))
+}
 /// FILE_READ_EA.
 const FILE_READ_EA: u32 = 0x0000_0008;
 
@@ -92,16 +179,22 @@ pub async fn query_info(
             {
                 return Err(status::NOT_SUPPORTED);
             }
+            if req.class == class::FULL_EA {
+                return query_full_ea(f, &req).await;
+            }
             let want_streams = req.class == class::STREAM;
-            let (info, path, streams) = blocking(move || {
+            let want_eas = matches!(req.class, class::EA | class::ALL);
+            let (info, path, streams, eas) = blocking(move || {
                 let streams = if want_streams {
                     f.streams()?
                 } else {
                     Vec::new()
                 };
-                Ok((f.info()?, f.path(), streams))
+                let eas = if want_eas { f.eas()? } else { Vec::new() };
+                Ok((f.info()?, f.path(), streams, eas))
             })
             .await?;
+            facts.ea_size = ea_size(&to_wire(eas));
             facts.streams = streams
                 .into_iter()
                 .map(|s| (s.name, s.size, s.allocation))
@@ -309,6 +402,13 @@ pub async fn set_info(
             let size = decode_u64_info(req.buffer).map_err(bad)?;
             break_readers();
             blocking(move || f.set_allocation_size(size)).await?;
+        }
+        class::FULL_EA => {
+            need(FILE_WRITE_EA)?;
+            let eas = decode_full_ea_list(req.buffer).map_err(bad)?;
+            let eas: Vec<(String, Vec<u8>)> = eas.into_iter().map(|e| (e.name, e.value)).collect();
+            blocking(move || f.set_eas(&eas)).await?;
+            changed(notify::ACTION_MODIFIED, notify::FILTER_EA);
         }
         class::POSITION => {
             let pos = decode_u64_info(req.buffer).map_err(bad)?;

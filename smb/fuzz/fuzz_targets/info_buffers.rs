@@ -1,0 +1,22 @@
+//! Fuzzes the decoders of client-supplied file information that is not a whole request:
+//! the FILE_FULL_EA_INFORMATION chains of SET_INFO and the `ExtA` create context (which
+//! must re-encode to what they decoded), and the `file:stream:$DATA` name syntax.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use quarry_smb::proto::ea::{decode_full_ea_list, encode_full_ea_list};
+use quarry_smb::vfs::names::split_stream;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(eas) = decode_full_ea_list(data) {
+        let (bytes, n) = encode_full_ea_list(&eas, usize::MAX);
+        assert_eq!(n, eas.len());
+        assert_eq!(decode_full_ea_list(&bytes).expect("own encoding decodes"), eas);
+    }
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Ok(p) = split_stream(text) {
+            assert!(p.file.len() <= text.len());
+            assert!(!(p.stream.is_some() && p.explicit_default));
+        }
+    }
+});
