@@ -14,7 +14,11 @@ use crate::server::MAX_IO_SIZE;
 /// ChangeNotify flag: watch the whole subtree.
 const WATCH_TREE: u16 = 0x0001;
 
-/// Handles CHANGE_NOTIFY.
+/// FILE_LIST_DIRECTORY (the directory meaning of FILE_READ_DATA).
+const FILE_LIST_DIRECTORY: u32 = 0x0000_0001;
+
+/// Handles CHANGE_NOTIFY: registers (or re-arms) the handle's watch and answers at once
+/// with changes already collected, or waits for the next ones.
 pub fn change_notify(
     conn: &mut Connection,
     ctx: &mut Ctx<'_>,
@@ -27,6 +31,10 @@ pub fn change_notify(
     }
     if req.output_buffer_length > MAX_IO_SIZE {
         return Err(status::INVALID_PARAMETER);
+    }
+    // Watching a directory lists it: the handle needs FILE_LIST_DIRECTORY.
+    if open.access & FILE_LIST_DIRECTORY == 0 {
+        return Err(status::ACCESS_DENIED);
     }
     let share = open.share.clone().ok_or(status::INVALID_DEVICE_REQUEST)?;
     let id = open.file_id.volatile;
