@@ -629,6 +629,25 @@ mod tests {
     }
 
     #[test]
+    fn a_write_breaks_every_level_two_oplock_the_writers_own_too() {
+        let mut t = OplockTable::<u32>::default();
+        let now = Instant::now();
+        let batch = Want::Oplock(OPLOCK_LEVEL_BATCH);
+        t.grant(1, holder(10), batch, false, false, 7);
+        t.break_for_open(1, None, OpenImpact::default(), now);
+        assert_eq!(t.ack_oplock(1, 10, OPLOCK_LEVEL_II), Ok(OPLOCK_LEVEL_II));
+        let g = t.grant(1, holder(11), batch, true, false, 8);
+        assert_eq!(g.oplock_level, OPLOCK_LEVEL_II);
+        t.close(1, 11);
+        let g = t.grant(1, holder(12), batch, true, false, 8);
+        assert_eq!(g.oplock_level, OPLOCK_LEVEL_II);
+        let n = t.break_for_write(1, 12, None, now);
+        let mut sinks: Vec<u32> = n.iter().map(|(s, _)| *s).collect();
+        sinks.sort();
+        assert_eq!(sinks, vec![7, 8]);
+    }
+
+    #[test]
     fn a_sole_opener_gets_what_it_asks_and_a_second_breaks_it_to_level_two() {
         let mut t = OplockTable::<u32>::default();
         let now = Instant::now();

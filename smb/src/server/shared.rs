@@ -26,6 +26,7 @@ pub struct ShareState {
 /// is released); a connection that is gone has nothing left to break.
 pub fn deliver(notices: Vec<(BreakSink, BreakNotice)>) {
     for (sink, notice) in notices {
+        tracing::trace!(session_id = notice.session_id, kind = ?notice.kind, "break notice");
         let _ = sink.send(notice);
     }
 }

@@ -216,12 +216,9 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     {
         return Err(status::ACCESS_DENIED);
     }
-    let attributes_only = access & !ATTRIBUTE_ACCESS == 0;
-    let want = match wanted_caching(conn, &req) {
-        // Stat opens get no oplock (MS-FSA); leases are still granted to them.
-        Want::Oplock(_) if attributes_only => Want::Nothing,
-        w => w,
-    };
+    // A stat open reads or changes no data; one that truncates is not one.
+    let attributes_only = access & !ATTRIBUTE_ACCESS == 0 && !truncates;
+    let want = wanted_caching(conn, &req);
     let lease_key = match want {
         Want::Lease { key, .. } => Some(key),
         _ => None,
@@ -275,7 +272,9 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         })
         .await
         .map(|id| id.map(&key_of));
-        if let (Ok(Some(inode)), true) = (&existing, has_grants) {
+        // An open of a file being deleted fails (DELETE_PENDING) and breaks nothing.
+        let pending = matches!(&existing, Ok(Some(i)) if share_state.modes().is_delete_pending(*i));
+        if let (Ok(Some(inode)), true, false) = (&existing, has_grants, pending) {
             let inode = *inode;
             let impact = OpenImpact {
                 truncates,
@@ -390,7 +389,16 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
                 file_id,
                 session_id: ctx.session_id,
             },
-            want,
+            // A stat open of an existing file gets no oplock (MS-FSA; leases are still
+            // granted); one that created the file does, as on Windows and Samba.
+            match want {
+                Want::Oplock(_)
+                    if attributes_only && opened.action != vfs::CreateAction::Created =>
+                {
+                    Want::Nothing
+                }
+                w => w,
+            },
             others,
             opened.info.is_dir,
             conn.breaks.clone(),
