@@ -96,6 +96,9 @@ pub struct Granted {
     pub oplock_level: u8,
     /// For a lease request: the granted state and epoch.
     pub lease: Option<(u32, u16)>,
+    /// The version of the lease held (1 or 2; 0 for none): a v1 request that joins a v2
+    /// lease is answered in the v2 form, as Windows does.
+    pub lease_version: u8,
 }
 
 /// How a new open bears on existing grants.
@@ -371,7 +374,9 @@ impl<S: Clone> OplockTable<S> {
             for e in list.iter_mut() {
                 if let Some(to) = e.breaking_to {
                     if e.deadline.is_some_and(|d| now >= d) {
-                        e.state = to;
+                        // A lease whose holder never acknowledged loses all caching
+                        // (MS-SMB2 3.3.2.5); an oplock takes the level it was broken to.
+                        e.state = if e.is_oplock() { to } else { 0 };
                         e.breaking_to = None;
                         e.deadline = None;
                     } else {
@@ -414,6 +419,7 @@ impl<S: Clone> OplockTable<S> {
         let none = Granted {
             oplock_level: OPLOCK_LEVEL_NONE,
             lease: None,
+            lease_version: 0,
         };
         if is_dir {
             // No directory oplocks or leasing (not advertised): no lease context either.
@@ -448,6 +454,7 @@ impl<S: Clone> OplockTable<S> {
                 Granted {
                     oplock_level: oplock_level(state),
                     lease: None,
+                    lease_version: 0,
                 }
             }
             Want::Lease {
@@ -459,7 +466,10 @@ impl<S: Clone> OplockTable<S> {
                 let requested = normalize(requested);
                 if let Some(e) = list.iter_mut().find(|e| e.key == Some(key)) {
                     e.opens.push(holder);
-                    let upgrade = !others
+                    // An upgrade is granted whole or not at all; beside other openers it
+                    // cannot add write caching.
+                    let fits = !others || requested & W == 0;
+                    let upgrade = fits
                         && e.breaking_to.is_none()
                         && requested & e.state == e.state
                         && requested != e.state;
@@ -470,6 +480,7 @@ impl<S: Clone> OplockTable<S> {
                     Granted {
                         oplock_level: OPLOCK_LEVEL_LEASE,
                         lease: Some((e.state, e.epoch)),
+                        lease_version: e.version,
                     }
                 } else {
                     // Next to an oplock a lease caches reads only.
@@ -499,6 +510,7 @@ impl<S: Clone> OplockTable<S> {
                     Granted {
                         oplock_level: OPLOCK_LEVEL_LEASE,
                         lease: Some((state, epoch)),
+                        lease_version: version,
                     }
                 }
             }
@@ -576,11 +588,13 @@ impl<S: Clone> OplockTable<S> {
             Granted {
                 oplock_level: oplock_level(e.state),
                 lease: None,
+                lease_version: 0,
             }
         } else {
             Granted {
                 oplock_level: OPLOCK_LEVEL_LEASE,
                 lease: Some((e.state, e.epoch)),
+                lease_version: e.version,
             }
         })
     }

@@ -104,6 +104,16 @@ fn lease_request(conn: &Connection, req: &CreateRequest<'_>) -> Option<LeaseRequ
     LeaseRequest::decode(req.context(CTX_LEASE)?.data).ok()
 }
 
+/// The lease request as the lease held answers it: in the held lease's version (a v1
+/// request joining a v2 lease is answered in the v2 form).
+fn as_held(req: &LeaseRequest, granted: &crate::oplock::Granted) -> LeaseRequest {
+    let mut held = req.clone();
+    if granted.lease_version != 0 {
+        held.version = granted.lease_version;
+    }
+    held
+}
+
 /// The caching a CREATE asks for.
 fn wanted_caching(conn: &Connection, req: &CreateRequest<'_>) -> Want {
     if let Some(l) = lease_request(conn, req) {
@@ -413,7 +423,10 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     }
     let lease = lease_request(conn, &req);
     if let (Some((state, epoch)), Some(lease)) = (granted.lease, &lease) {
-        contexts.push((CTX_LEASE, lease_response(lease, state, epoch)));
+        contexts.push((
+            CTX_LEASE,
+            lease_response(&as_held(lease, &granted), state, epoch),
+        ));
     }
     let durable = durable_grant(
         &req,
@@ -779,9 +792,13 @@ async fn reconnect(
     let granted = granted.unwrap_or(crate::oplock::Granted {
         oplock_level: 0,
         lease: None,
+        lease_version: 0,
     });
     if let (Some((state, epoch)), Some(l)) = (granted.lease, lease.as_ref()) {
-        contexts.push((CTX_LEASE, lease_response(l, state, epoch)));
+        contexts.push((
+            CTX_LEASE,
+            lease_response(&as_held(l, &granted), state, epoch),
+        ));
     }
     let resp = CreateResponse {
         oplock_level: granted.oplock_level,
