@@ -107,7 +107,7 @@ fn lease_request(conn: &Connection, req: &CreateRequest<'_>) -> Option<LeaseRequ
 /// The lease request as the lease held answers it: in the held lease's version (a v1
 /// request joining a v2 lease is answered in the v2 form).
 fn as_held(req: &LeaseRequest, granted: &crate::oplock::Granted) -> LeaseRequest {
-    let mut held = req.clone();
+    let mut held = *req;
     if granted.lease_version != 0 {
         held.version = granted.lease_version;
     }
