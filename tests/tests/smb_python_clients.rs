@@ -79,7 +79,8 @@ port = int(os.environ["PORT"])
 conn = Connection(uuid.uuid4(), "127.0.0.1", port); conn.connect()
 sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"], require_encryption=True); sess.connect()
 tree = TreeConnect(sess, r"\\127.0.0.1\data"); tree.connect()
-cases = [("..\\x.txt", 0xC000003B), ("a\\..\\..\\x.txt", 0xC000003B), ("a:b", 0xC0000033),
+cases = [("..\\x.txt", 0xC000003B), ("a\\..\\..\\x.txt", 0xC000003B), ("a:b:c", 0xC0000033),
+         ("d:x\\f.txt", 0xC0000033),
          ("CON", 0xC0000033), ("lpt1.txt", 0xC0000033), ("\\lead.txt", 0xC000000D)]
 for bad, want in cases:
     o = Open(tree, bad)

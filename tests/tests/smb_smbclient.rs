@@ -308,7 +308,10 @@ fn refusals_leave_the_server_serving() {
     );
     assert!(r.text.contains("NT_STATUS_ACCESS_DENIED"), "{}", r.text);
     // (smbclient folds `..` away before sending, so escapes are tested with a raw client.)
-    for bad in ["a:b.txt", "CON", "lpt1.txt", "bad|name"] {
+    // `a:b.txt` names the stream `b.txt` of `a` (named streams are served), so the `:`
+    // refusals use names where a colon is illegal even with streams: a colon inside a
+    // directory component and a stream with a type other than `$DATA`.
+    for bad in ["d:x\\f.txt", "a:b:c", "CON", "lpt1.txt", "bad|name"] {
         let r = smbclient(
             &q,
             "data",
@@ -324,6 +327,23 @@ fn refusals_leave_the_server_serving() {
             r.text
         );
     }
+    // The colon that names a stream is served as one: the data lands in stream `b.txt` of
+    // a new, empty `s`, never in a file literally called `s:b.txt`.
+    let r = smbclient(
+        &q,
+        "data",
+        &format!("{USER}%{PASS}"),
+        &m,
+        "put a.txt s:b.txt; allinfo s; ls",
+        dir.path(),
+    );
+    assert!(r.ok, "{}", r.text);
+    assert!(
+        r.text.contains("stream: [:b.txt:$DATA], 5 bytes"),
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("s:b.txt  "), "{}", r.text);
     // Still serving: alice on her share, bob on the open share.
     let r = smbclient(
         &q,
