@@ -99,6 +99,9 @@ pub struct Granted {
     /// The version of the lease held (1 or 2; 0 for none): a v1 request that joins a v2
     /// lease is answered in the v2 form, as Windows does.
     pub lease_version: u8,
+    /// A break of the lease joined is still waiting for its acknowledgment (the state
+    /// given is the one before the break; the response says so).
+    pub break_in_progress: bool,
 }
 
 /// How a new open bears on existing grants.
@@ -127,7 +130,12 @@ struct Caching<S> {
     key: Option<[u8; 16]>,
     opens: Vec<Holder>,
     state: u32,
+    /// The state the break in progress asked the client for.
     breaking_to: Option<u32>,
+    /// For a lease: what the server needs by the end of the break in progress, lowered
+    /// further by conflicts that arrive while it waits (they send no second notice; the
+    /// acknowledgment starts the next step).
+    required: u32,
     deadline: Option<Instant>,
     epoch: u16,
     version: u8,
@@ -157,6 +165,52 @@ fn normalize(state: u32) -> u32 {
     } else {
         s
     }
+}
+
+/// The state a grant must fall to for a new open with `impact`, or `None` when the open
+/// does not touch it.
+fn open_target<S>(e: &Caching<S>, impact: OpenImpact) -> Option<u32> {
+    let stat_open = if e.is_oplock() {
+        impact.attributes_only
+    } else {
+        impact.lease_stat_open
+    };
+    if stat_open && !impact.truncates {
+        return None;
+    }
+    let mut target = e.target();
+    if impact.share_conflict {
+        // The open fails its sharing check unless a client closes a handle it only keeps
+        // cached: only handle caching is broken (a batch oplock to level II); other grants
+        // stay and the open is refused.
+        if target & H == 0 {
+            return None;
+        }
+        target &= !H;
+        if e.is_oplock() {
+            target &= !W;
+        }
+    } else if target & W != 0 {
+        // Another opener: no more write caching; an oplock loses handle caching with it
+        // (batch and exclusive break to level II).
+        target &= !W;
+        if e.is_oplock() {
+            target &= !H;
+        }
+    }
+    if impact.truncates {
+        target &= !(R | W);
+    }
+    Some(target)
+}
+
+/// The breaks a new open caused.
+#[derive(Debug)]
+pub struct OpenBreaks<S> {
+    /// Notices to send.
+    pub notices: Vec<(S, BreakNotice)>,
+    /// Whether the open must wait for acknowledgments before it goes on.
+    pub wait: bool,
 }
 
 /// The identity of a lease in the table: the client's lease key scoped by its ClientGuid
@@ -232,10 +286,29 @@ impl<S: Clone> OplockTable<S> {
         now: Instant,
         timeout: Duration,
     ) -> Option<(S, BreakNotice)> {
+        Self::lower_with_epoch(e, target, now, timeout, true)
+    }
+
+    /// [`Self::lower`], with the lease epoch advanced (a new break) or not (the next step
+    /// of a break the client just acknowledged keeps its epoch, as Windows does).
+    fn lower_with_epoch(
+        e: &mut Caching<S>,
+        target: u32,
+        now: Instant,
+        timeout: Duration,
+        bump_epoch: bool,
+    ) -> Option<(S, BreakNotice)> {
         let target = normalize(target);
         if target == e.target() {
             return None;
         }
+        if e.key.is_some() && e.breaking_to.is_some() {
+            // A lease break is waiting for its acknowledgment: remember what else is
+            // needed; the acknowledgment sends the next break (MS-SMB2 3.3.5.22.2).
+            e.required &= target;
+            return None;
+        }
+        e.required = target;
         let current = e.state;
         let ack_required = current & (W | H) != 0;
         if ack_required {
@@ -244,7 +317,9 @@ impl<S: Clone> OplockTable<S> {
         } else {
             e.state = target;
         }
-        e.epoch = e.epoch.wrapping_add(1);
+        if bump_epoch {
+            e.epoch = e.epoch.wrapping_add(1);
+        }
         let holder = e.opens.first().copied()?;
         let kind = match e.key {
             None => NoticeKind::Oplock {
@@ -282,54 +357,37 @@ impl<S: Clone> OplockTable<S> {
     }
 
     /// Breaks what a new open of `file` by the owner of lease `key` (or an oplock or plain
-    /// open: `None`) conflicts with. The caller waits (see [`Self::breaking`]) before
-    /// going on with the open.
+    /// open: `None`) conflicts with. When [`OpenBreaks::wait`] is set the caller waits
+    /// (see [`Self::breaking`]) before going on with the open.
     pub fn break_for_open(
         &mut self,
         file: FileKey,
         key: Option<&[u8; 16]>,
         impact: OpenImpact,
         now: Instant,
-    ) -> Vec<(S, BreakNotice)> {
+    ) -> OpenBreaks<S> {
         let timeout = self.timeout;
-        let mut out = Vec::new();
+        let mut out = OpenBreaks {
+            notices: Vec::new(),
+            wait: false,
+        };
+        // What an open waits for (MS-SMB2 3.3.5.9, as Windows does it): cached writes to
+        // be flushed, or, when it fails its sharing check, cached handles to be closed.
+        // Other breaks (read caching, handle caching without a conflict) go on while the
+        // open completes.
+        let delay = if impact.share_conflict { H } else { W };
         if let Some(list) = self.files.get_mut(&file) {
             for e in list.iter_mut() {
                 if key.is_some() && e.key.as_ref() == key {
                     continue;
                 }
-                let stat_open = if e.is_oplock() {
-                    impact.attributes_only
-                } else {
-                    impact.lease_stat_open
-                };
-                if stat_open && !impact.truncates {
+                let Some(target) = open_target(e, impact) else {
                     continue;
+                };
+                out.notices.extend(Self::lower(e, target, now, timeout));
+                if e.breaking_to.is_some() && e.state & !normalize(target) & delay != 0 {
+                    out.wait = true;
                 }
-                let mut target = e.target();
-                if impact.share_conflict {
-                    // The open fails its sharing check unless a client closes a handle
-                    // it only keeps cached: only handle caching is broken (a batch
-                    // oplock to level II); other grants stay and the open is refused.
-                    if target & H == 0 {
-                        continue;
-                    }
-                    target &= !H;
-                    if e.is_oplock() {
-                        target &= !W;
-                    }
-                } else if target & W != 0 {
-                    // Another opener: no more write caching; an oplock loses handle
-                    // caching with it (batch and exclusive break to level II).
-                    target &= !W;
-                    if e.is_oplock() {
-                        target &= !H;
-                    }
-                }
-                if impact.truncates {
-                    target &= !(R | W);
-                }
-                out.extend(Self::lower(e, target, now, timeout));
             }
         }
         self.prune(file);
@@ -366,12 +424,14 @@ impl<S: Clone> OplockTable<S> {
         out
     }
 
-    /// Whether a break on `file` still waits for its acknowledgment. Breaks past their
-    /// deadline are completed here (the state is lowered as if acknowledged).
-    pub fn breaking(&mut self, file: FileKey, now: Instant) -> bool {
+    /// Whether a break on `file` of a grant other than lease `key` (the opener's own
+    /// lease: its opens go on while it breaks) still waits for its acknowledgment. Breaks
+    /// past their deadline are completed here (the state is lowered as if acknowledged).
+    pub fn breaking(&mut self, file: FileKey, key: Option<&[u8; 16]>, now: Instant) -> bool {
         let mut waiting = false;
         if let Some(list) = self.files.get_mut(&file) {
             for e in list.iter_mut() {
+                let own = key.is_some() && e.key.as_ref() == key;
                 if let Some(to) = e.breaking_to {
                     if e.deadline.is_some_and(|d| now >= d) {
                         // A lease whose holder never acknowledged loses all caching
@@ -379,7 +439,7 @@ impl<S: Clone> OplockTable<S> {
                         e.state = if e.is_oplock() { to } else { 0 };
                         e.breaking_to = None;
                         e.deadline = None;
-                    } else {
+                    } else if !own {
                         waiting = true;
                     }
                 }
@@ -420,6 +480,7 @@ impl<S: Clone> OplockTable<S> {
             oplock_level: OPLOCK_LEVEL_NONE,
             lease: None,
             lease_version: 0,
+            break_in_progress: false,
         };
         if is_dir {
             // No directory oplocks or leasing (not advertised): no lease context either.
@@ -445,6 +506,7 @@ impl<S: Clone> OplockTable<S> {
                         opens: vec![holder],
                         state,
                         breaking_to: None,
+                        required: 0,
                         deadline: None,
                         epoch: 0,
                         version: 0,
@@ -455,6 +517,7 @@ impl<S: Clone> OplockTable<S> {
                     oplock_level: oplock_level(state),
                     lease: None,
                     lease_version: 0,
+                    break_in_progress: false,
                 }
             }
             Want::Lease {
@@ -481,6 +544,7 @@ impl<S: Clone> OplockTable<S> {
                         oplock_level: OPLOCK_LEVEL_LEASE,
                         lease: Some((e.state, e.epoch)),
                         lease_version: e.version,
+                        break_in_progress: e.breaking_to.is_some(),
                     }
                 } else {
                     // Next to an oplock a lease caches reads only.
@@ -501,6 +565,7 @@ impl<S: Clone> OplockTable<S> {
                             opens: vec![holder],
                             state,
                             breaking_to: None,
+                            required: 0,
                             deadline: None,
                             epoch,
                             version,
@@ -511,6 +576,7 @@ impl<S: Clone> OplockTable<S> {
                         oplock_level: OPLOCK_LEVEL_LEASE,
                         lease: Some((state, epoch)),
                         lease_version: version,
+                        break_in_progress: false,
                     }
                 }
             }
@@ -542,8 +608,18 @@ impl<S: Clone> OplockTable<S> {
         Ok(held)
     }
 
-    /// A lease break acknowledgment lowering lease `key` to `state`; returns the state.
-    pub fn ack_lease(&mut self, key: &[u8; 16], state: u32) -> Result<u32, AckError> {
+    /// A lease break acknowledgment lowering lease `key` to `state`; returns the state
+    /// and, when conflicts that arrived during the break need more than the client gave
+    /// up, the next break to send (in steps as Windows does: a lease that still caches
+    /// writes or handles is first broken to at most R, with an acknowledgment; R alone
+    /// is then dropped at once, without one).
+    pub fn ack_lease(
+        &mut self,
+        key: &[u8; 16],
+        state: u32,
+        now: Instant,
+    ) -> Result<(u32, Option<(S, BreakNotice)>), AckError> {
+        let timeout = self.timeout;
         let (file, e) = self
             .files
             .iter_mut()
@@ -561,8 +637,20 @@ impl<S: Clone> OplockTable<S> {
         e.breaking_to = None;
         e.deadline = None;
         let held = e.state;
+        let mut next = None;
+        if e.state & !e.required != 0 {
+            let step = if e.state & (W | H) != 0 {
+                e.required | R
+            } else {
+                e.required
+            };
+            // The step is not what the server needs: keep that for the next ack.
+            let required = e.required;
+            next = Self::lower_with_epoch(e, step, now, timeout, false);
+            e.required = required;
+        }
         self.prune(file);
-        Ok(held)
+        Ok((held, next))
     }
 
     /// Points the grant `open` of `file` takes part in at a new session and connection (a
@@ -589,12 +677,14 @@ impl<S: Clone> OplockTable<S> {
                 oplock_level: oplock_level(e.state),
                 lease: None,
                 lease_version: 0,
+                break_in_progress: false,
             }
         } else {
             Granted {
                 oplock_level: OPLOCK_LEVEL_LEASE,
                 lease: Some((e.state, e.epoch)),
                 lease_version: e.version,
+                break_in_progress: false,
             }
         })
     }
@@ -648,7 +738,8 @@ mod tests {
         let now = Instant::now();
         let batch = Want::Oplock(OPLOCK_LEVEL_BATCH);
         t.grant(1, holder(10), batch, false, false, 7);
-        t.break_for_open(1, None, OpenImpact::default(), now);
+        t.break_for_open(1, None, OpenImpact::default(), now)
+            .notices;
         assert_eq!(t.ack_oplock(1, 10, OPLOCK_LEVEL_II), Ok(OPLOCK_LEVEL_II));
         let g = t.grant(1, holder(11), batch, true, false, 8);
         assert_eq!(g.oplock_level, OPLOCK_LEVEL_II);
@@ -674,7 +765,9 @@ mod tests {
             7,
         );
         assert_eq!(g.oplock_level, OPLOCK_LEVEL_BATCH);
-        let n = t.break_for_open(1, None, OpenImpact::default(), now);
+        let n = t
+            .break_for_open(1, None, OpenImpact::default(), now)
+            .notices;
         assert_eq!(n.len(), 1);
         assert_eq!(n[0].0, 7);
         assert!(matches!(
@@ -684,9 +777,9 @@ mod tests {
                 ..
             }
         ));
-        assert!(t.breaking(1, now));
+        assert!(t.breaking(1, None, now));
         assert_eq!(t.ack_oplock(1, 10, OPLOCK_LEVEL_II), Ok(OPLOCK_LEVEL_II));
-        assert!(!t.breaking(1, now));
+        assert!(!t.breaking(1, None, now));
         let g = t.grant(
             1,
             holder(11),
@@ -707,7 +800,7 @@ mod tests {
                 ..
             }
         ));
-        assert!(!t.breaking(1, now));
+        assert!(!t.breaking(1, None, now));
         assert_eq!(
             t.ack_oplock(1, 10, OPLOCK_LEVEL_NONE),
             Err(status::INVALID_OPLOCK_PROTOCOL)
@@ -730,12 +823,15 @@ mod tests {
         assert_eq!(g.lease, Some((R | W | H, 1)));
         assert!(t
             .break_for_open(1, Some(&[1; 16]), OpenImpact::default(), now)
+            .notices
             .is_empty());
         let g = t.grant(1, holder(2), lease(1, R | W | H), false, false, 1);
         assert_eq!(g.lease.map(|l| l.0), Some(R | W | H));
         assert_eq!(t.opens_of_lease(1, &[1; 16]), 2);
 
-        let n = t.break_for_open(1, Some(&[2; 16]), OpenImpact::default(), now);
+        let n = t
+            .break_for_open(1, Some(&[2; 16]), OpenImpact::default(), now)
+            .notices;
         assert_eq!(n.len(), 1);
         match n[0].1.kind {
             NoticeKind::Lease {
@@ -749,13 +845,16 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(t.breaking(1, now));
+        assert!(t.breaking(1, None, now));
         assert_eq!(
-            t.ack_lease(&[1; 16], R | W),
+            t.ack_lease(&[1; 16], R | W, now).map(|a| a.0),
             Err(status::REQUEST_NOT_ACCEPTED)
         );
-        assert_eq!(t.ack_lease(&[1; 16], R | H), Ok(R | H));
-        assert_eq!(t.ack_lease(&[1; 16], R), Err(status::UNSUCCESSFUL));
+        assert_eq!(t.ack_lease(&[1; 16], R | H, now).map(|a| a.0), Ok(R | H));
+        assert_eq!(
+            t.ack_lease(&[1; 16], R, now).map(|a| a.0),
+            Err(status::UNSUCCESSFUL)
+        );
         let g = t.grant(1, holder(3), lease(2, R | W | H), true, false, 2);
         assert_eq!(g.lease.map(|l| l.0), Some(R | H));
     }
@@ -769,14 +868,14 @@ mod tests {
             share_conflict: true,
             ..OpenImpact::default()
         };
-        let n = t.break_for_open(1, None, conflict, now);
+        let n = t.break_for_open(1, None, conflict, now).notices;
         assert!(matches!(n[0].1.kind, NoticeKind::Lease { new: R, .. }));
-        assert_eq!(t.ack_lease(&[1; 16], R), Ok(R));
+        assert_eq!(t.ack_lease(&[1; 16], R, now).map(|a| a.0), Ok(R));
         let truncate = OpenImpact {
             truncates: true,
             ..OpenImpact::default()
         };
-        let n = t.break_for_open(1, None, truncate, now);
+        let n = t.break_for_open(1, None, truncate, now).notices;
         assert!(matches!(
             n[0].1.kind,
             NoticeKind::Lease {
@@ -788,6 +887,85 @@ mod tests {
         assert!(!t.is_empty(), "a lease at none lives while its open does");
         t.close(1, 1);
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn conflicts_during_a_lease_break_wait_for_its_ack_and_then_break_in_steps() {
+        let mut t = OplockTable::<u32>::default();
+        let now = Instant::now();
+        t.grant(1, holder(1), lease(1, R | W | H), false, false, 1);
+        // A plain open breaks RWH to RH and must wait: cached writes need flushing.
+        let b = t.break_for_open(1, None, OpenImpact::default(), now);
+        assert!(b.wait);
+        assert!(
+            matches!(b.notices[0].1.kind, NoticeKind::Lease { new, current, .. } if new == R | H && current == R | W | H)
+        );
+        // The owner's own key joins the lease at once and learns a break is running.
+        assert!(!t.breaking(1, Some(&[1; 16]), now));
+        assert!(t.breaking(1, None, now));
+        let g = t.grant(1, holder(2), lease(1, R | W | H), true, false, 1);
+        assert_eq!(g.lease.map(|l| l.0), Some(R | W | H));
+        assert!(g.break_in_progress);
+        // An overwrite meanwhile sends nothing more, but waits.
+        let truncate = OpenImpact {
+            truncates: true,
+            ..OpenImpact::default()
+        };
+        let b = t.break_for_open(1, None, truncate, now);
+        assert!(b.notices.is_empty() && b.wait);
+        // The ack to RH starts the next step: to R, acknowledged, keeping the epoch.
+        let (held, next) = t.ack_lease(&[1; 16], R | H, now).unwrap_or((0, None));
+        assert_eq!(held, R | H);
+        assert!(matches!(
+            next.map(|n| n.1.kind),
+            Some(NoticeKind::Lease {
+                new: R,
+                ack_required: true,
+                epoch: 2,
+                ..
+            })
+        ));
+        // The ack to R drops R at once, without an acknowledgment.
+        let (held, next) = t.ack_lease(&[1; 16], R, now).unwrap_or((0, None));
+        assert_eq!(held, R);
+        assert!(matches!(
+            next.map(|n| n.1.kind),
+            Some(NoticeKind::Lease {
+                new: 0,
+                ack_required: false,
+                ..
+            })
+        ));
+        assert!(!t.breaking(1, None, now));
+    }
+
+    #[test]
+    fn opens_wait_only_for_write_caching_or_handles_they_conflict_with() {
+        let mut t = OplockTable::<u32>::default();
+        let now = Instant::now();
+        t.grant(1, holder(1), lease(1, R | H), false, false, 1);
+        let truncate = OpenImpact {
+            truncates: true,
+            ..OpenImpact::default()
+        };
+        // An overwrite of an RH lease breaks it to none (acknowledged) but goes on.
+        let b = t.break_for_open(1, None, truncate, now);
+        assert!(!b.wait);
+        assert!(matches!(
+            b.notices[0].1.kind,
+            NoticeKind::Lease {
+                new: 0,
+                ack_required: true,
+                ..
+            }
+        ));
+        let mut t = OplockTable::<u32>::default();
+        t.grant(1, holder(1), lease(1, R | H), false, false, 1);
+        let conflict = OpenImpact {
+            share_conflict: true,
+            ..OpenImpact::default()
+        };
+        assert!(t.break_for_open(1, None, conflict, now).wait);
     }
 
     #[test]
@@ -807,12 +985,14 @@ mod tests {
             lease_stat_open: true,
             ..OpenImpact::default()
         };
-        assert!(t.break_for_open(5, None, stat, now).is_empty());
+        assert!(t.break_for_open(5, None, stat, now).notices.is_empty());
         assert_eq!(
-            t.break_for_open(5, None, OpenImpact::default(), now).len(),
+            t.break_for_open(5, None, OpenImpact::default(), now)
+                .notices
+                .len(),
             1
         );
-        assert!(!t.breaking(5, now + Duration::from_millis(1)));
+        assert!(!t.breaking(5, None, now + Duration::from_millis(1)));
         t.close(5, 1);
         assert!(t.is_empty());
     }

@@ -28,6 +28,9 @@ pub const LEASE_WRITE: u32 = 0x04;
 pub const CTX_LEASE: &[u8] = b"RqLs";
 /// Lease context flag (v2): ParentLeaseKey is set.
 pub const LEASE_FLAG_PARENT_KEY_SET: u32 = 0x04;
+/// Lease flag of a CREATE response: a break of the lease is in progress (the state given
+/// is the one before the break).
+pub const LEASE_FLAG_BREAK_IN_PROGRESS: u32 = 0x02;
 /// Lease break notification flag: the client must acknowledge.
 pub const LEASE_BREAK_ACK_REQUIRED: u32 = 0x01;
 
@@ -104,15 +107,21 @@ impl LeaseRequest {
 }
 
 /// The lease response create context's data for `req` granted `state` at `epoch`.
-pub fn lease_response(req: &LeaseRequest, state: u32, epoch: u16) -> Vec<u8> {
+pub fn lease_response(req: &LeaseRequest, state: u32, epoch: u16, breaking: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(52);
     out.extend_from_slice(&req.key);
     out.put_u32(state);
-    out.put_u32(if req.version == 2 && req.parent_key.is_some() {
+    let parent = if req.version == 2 && req.parent_key.is_some() {
         LEASE_FLAG_PARENT_KEY_SET
     } else {
         0
-    });
+    };
+    let breaking = if breaking {
+        LEASE_FLAG_BREAK_IN_PROGRESS
+    } else {
+        0
+    };
+    out.put_u32(parent | breaking);
     out.put_u64(0);
     if req.version == 2 {
         out.extend_from_slice(&req.parent_key.unwrap_or_default());
@@ -241,7 +250,7 @@ mod tests {
             req.encode(&mut b);
             assert_eq!(b.len(), if req.version == 1 { 32 } else { 52 });
             assert_eq!(LeaseRequest::decode(&b).unwrap(), req);
-            let resp = lease_response(&req, LEASE_READ, 6);
+            let resp = lease_response(&req, LEASE_READ, 6, false);
             assert_eq!(resp.len(), b.len());
             assert_eq!(&resp[..16], &req.key);
             assert_eq!(

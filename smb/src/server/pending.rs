@@ -46,6 +46,8 @@ pub enum Wait {
         share: Arc<ShareState>,
         /// The file.
         inode: u64,
+        /// The (scoped) lease key of the CREATE: breaks of its own lease do not hold it.
+        key: Option<[u8; 16]>,
     },
 }
 
@@ -144,9 +146,11 @@ impl PendingOp {
                 Err(crate::share_mode::LockError::NotGranted) => None,
                 Err(e) => Some(e.nt_status()),
             },
-            Wait::Breaks { share, inode } => {
-                (!share.oplocks().breaking(*inode, std::time::Instant::now()))
-                    .then_some(crate::proto::status::SUCCESS)
+            Wait::Breaks { share, inode, key } => {
+                (!share
+                    .oplocks()
+                    .breaking(*inode, key.as_ref(), std::time::Instant::now()))
+                .then_some(crate::proto::status::SUCCESS)
             }
         }
     }

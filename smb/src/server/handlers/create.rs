@@ -293,18 +293,19 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
                 lease_stat_open: access & !(ATTRIBUTE_ACCESS | READ_CONTROL) == 0,
             };
             let now = std::time::Instant::now();
-            let notices =
+            let breaks =
                 share_state
                     .oplocks()
                     .break_for_open(inode, lease_key.as_ref(), impact, now);
-            deliver(notices);
-            // A lone CREATE waits (STATUS_PENDING) for the acknowledgments, then runs
-            // again from the top; inside a compound it goes on at once with what is left.
-            if ctx.deferrable && share_state.oplocks().breaking(inode, now) {
+            deliver(breaks.notices);
+            // A lone CREATE waits (STATUS_PENDING) for the acknowledgments it needs, then
+            // runs again from the top; inside a compound it goes on at once.
+            if ctx.deferrable && breaks.wait {
                 return Ok(Reply {
                     wait: Some(Wait::Breaks {
                         share: share_state.clone(),
                         inode,
+                        key: lease_key,
                     }),
                     ..Reply::default()
                 });
@@ -425,7 +426,12 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
     if let (Some((state, epoch)), Some(lease)) = (granted.lease, &lease) {
         contexts.push((
             CTX_LEASE,
-            lease_response(&as_held(lease, &granted), state, epoch),
+            lease_response(
+                &as_held(lease, &granted),
+                state,
+                epoch,
+                granted.break_in_progress,
+            ),
         ));
     }
     let durable = durable_grant(
@@ -793,11 +799,17 @@ async fn reconnect(
         oplock_level: 0,
         lease: None,
         lease_version: 0,
+        break_in_progress: false,
     });
     if let (Some((state, epoch)), Some(l)) = (granted.lease, lease.as_ref()) {
         contexts.push((
             CTX_LEASE,
-            lease_response(&as_held(l, &granted), state, epoch),
+            lease_response(
+                &as_held(l, &granted),
+                state,
+                epoch,
+                granted.break_in_progress,
+            ),
         ));
     }
     let resp = CreateResponse {

@@ -28,8 +28,12 @@ pub fn acknowledge(conn: &mut Connection, ctx: &mut Ctx<'_>, ack: BreakAck) -> H
                 .share_state()
                 .ok_or(status::OBJECT_NAME_NOT_FOUND)?;
             let scoped = conn.lease_scope(&key);
-            let held = share.oplocks().ack_lease(&scoped, state)?;
+            let (held, next) =
+                share
+                    .oplocks()
+                    .ack_lease(&scoped, state, std::time::Instant::now())?;
             encode_lease_break_response(&mut body, &key, held);
+            crate::server::shared::deliver(next.into_iter().collect());
         }
     }
     Ok(Reply::ok(body))
