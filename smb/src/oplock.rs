@@ -689,6 +689,27 @@ impl<S: Clone> OplockTable<S> {
         })
     }
 
+    /// What the grant `open` of `file` takes part in holds, as a CREATE response states
+    /// it (a replayed CREATE answers with it); `None` when it holds nothing.
+    pub fn held(&self, file: FileKey, open: OpenId) -> Option<Granted> {
+        let e = self.files.get(&file)?.iter().find(|e| e.holds(open))?;
+        Some(if e.is_oplock() {
+            Granted {
+                oplock_level: oplock_level(e.state),
+                lease: None,
+                lease_version: 0,
+                break_in_progress: false,
+            }
+        } else {
+            Granted {
+                oplock_level: OPLOCK_LEVEL_LEASE,
+                lease: Some((e.state, e.epoch)),
+                lease_version: e.version,
+                break_in_progress: e.breaking_to.is_some(),
+            }
+        })
+    }
+
     /// Whether `open` of `file` holds handle caching (a batch oplock, or a lease with H):
     /// what a durable handle requires.
     pub fn holds_handle_caching(&self, file: FileKey, open: OpenId) -> bool {

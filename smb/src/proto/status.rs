@@ -127,6 +127,8 @@ pub const TOO_MANY_OPENED_FILES: u32 = 0xC000_011F;
 pub const OBJECT_PATH_INVALID: u32 = 0xC000_0039;
 /// Directory was not empty / the client asked for a directory that is a file.
 pub const FILE_NOT_AVAILABLE: u32 = 0xC000_0467;
+/// A CREATE reused the CreateGuid of an open without saying it replays that CREATE.
+pub const DUPLICATE_OBJECTID: u32 = 0xC000_022A;
 /// The client's account may not use this share or the server (guest refused, etc.).
 pub const ACCOUNT_RESTRICTION: u32 = 0xC000_006E;
 /// The impersonation level in CREATE is invalid.

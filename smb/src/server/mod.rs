@@ -26,6 +26,7 @@ pub mod dispatch;
 pub mod durable;
 pub mod handlers;
 pub mod pending;
+pub mod replay;
 pub mod shared;
 pub mod state;
 

@@ -18,6 +18,7 @@ pub struct ShareState {
     locks: Mutex<LockManager>,
     oplocks: Mutex<OplockTable<BreakSink>>,
     notify: Mutex<crate::notify::NotifyHub>,
+    replay: Mutex<super::replay::ReplayCache>,
     /// Whether `notify` holds any watch, read without the lock on the data path.
     watched: std::sync::atomic::AtomicBool,
 }
@@ -48,6 +49,11 @@ impl ShareState {
             return;
         }
         self.with_notify(|h| h.record(path, action, filter));
+    }
+
+    /// The CreateGuids of durable v2 CREATEs (replay detection).
+    pub fn replay(&self) -> MutexGuard<'_, super::replay::ReplayCache> {
+        self.replay.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The oplock and lease table.

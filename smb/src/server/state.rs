@@ -246,4 +246,8 @@ pub struct Open {
     /// LockSequence buckets (SMB 3 lock replay detection): the last sequence number each
     /// of the 64 buckets saw succeed, or `LOCK_SEQUENCE_UNSET`.
     pub lock_sequences: [u8; 64],
+    /// The CreateGuid this open is remembered under for CREATE replays, if any.
+    pub replay: Option<super::replay::ReplayKey>,
+    /// The CreateAction its CREATE answered (a replayed CREATE answers it again).
+    pub create_action: u32,
 }

@@ -14,6 +14,7 @@ use crate::proto::durable::{
     decode_reconnect, durable_response, durable_response_v2, DurableReconnectV2, DurableRequestV2,
     CTX_DURABLE_RECONNECT, CTX_DURABLE_RECONNECT_V2, CTX_DURABLE_REQUEST, CTX_DURABLE_REQUEST_V2,
 };
+use crate::proto::header::FLAG_REPLAY_OPERATION;
 use crate::proto::negotiate::DIALECT_210;
 use crate::proto::oplock::{
     lease_response, LeaseRequest, CTX_LEASE, OPLOCK_LEVEL_BATCH, OPLOCK_LEVEL_EXCLUSIVE,
@@ -22,6 +23,7 @@ use crate::proto::oplock::{
 use crate::proto::{status, FileAttrs, FileId, ATTR_NORMAL};
 use crate::server::durable::Durable;
 use crate::server::pending::Wait;
+use crate::server::replay::{Lookup, ReplayHolder, ReplayKey};
 use crate::server::shared::{deliver, ShareState};
 use crate::share_mode::access::{check_may_delete, stream_key};
 use crate::share_mode::OpenMode;
@@ -132,8 +134,150 @@ fn wanted_caching(conn: &Connection, req: &CreateRequest<'_>) -> Want {
     }
 }
 
-/// Handles CREATE.
+/// The CreateGuid a CREATE is remembered under for replays: a durable v2 request (not a
+/// reconnect) on a disk share.
+fn replay_key(conn: &Connection, req: &CreateRequest<'_>) -> Option<ReplayKey> {
+    if req.context(CTX_DURABLE_RECONNECT_V2).is_some()
+        || req.context(CTX_DURABLE_RECONNECT).is_some()
+    {
+        return None;
+    }
+    let q = DurableRequestV2::decode(req.context(CTX_DURABLE_REQUEST_V2)?.data).ok()?;
+    Some((conn.client_guid(), q.create_guid))
+}
+
+/// Handles CREATE: replay detection around [`create_open`].
 pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest<'_>) -> HResult {
+    let share = super::tree(conn, ctx).ok().and_then(|t| t.share_state());
+    let (Some(share), Some(key)) = (share, replay_key(conn, &req)) else {
+        return create_open(conn, ctx, req).await;
+    };
+    let holder = ReplayHolder {
+        conn_id: conn.conn_id,
+        message_id: ctx.hdr.message_id,
+    };
+    let found = share
+        .replay()
+        .lookup(key, holder, std::time::Instant::now());
+    match found {
+        Lookup::InProgress => return Err(status::FILE_NOT_AVAILABLE),
+        Lookup::Open(volatile) => {
+            if ctx.hdr.flags & FLAG_REPLAY_OPERATION == 0 {
+                // A CreateGuid names one open: reusing it without saying so is refused.
+                return Err(status::DUPLICATE_OBJECTID);
+            }
+            if let Some(reply) = replay_open(conn, ctx, &req, volatile).await {
+                return reply;
+            }
+            // The open is gone (its session ended): the guid is free again.
+            let mut cache = share.replay();
+            cache.forget(key, volatile);
+            cache.lookup(key, holder, std::time::Instant::now());
+        }
+        Lookup::Reserved => {}
+    }
+    let reply = create_open(conn, ctx, req).await;
+    match &reply {
+        // A CREATE waiting for breaks keeps its reservation: it runs again as the holder.
+        Ok(r) if r.wait.is_some() => {}
+        Ok(r) => {
+            let bound = r
+                .file_id
+                .filter(|id| share.replay().bind(key, holder, id.volatile));
+            if let Some(id) = bound {
+                if let Some(o) = super::session(conn, ctx)?.opens.get_mut(&id.volatile) {
+                    o.replay = Some(key);
+                }
+            }
+        }
+        Err(_) => share.replay().release(key, holder),
+    }
+    reply
+}
+
+/// Answers a replayed CREATE with the open it made (MS-SMB2 3.3.5.9.10), or `None` when
+/// that open is no longer in this session. The open is not changed: the reply states the
+/// oplock level the replay asks for, and a lease the replay names must be the open's.
+async fn replay_open(
+    conn: &mut Connection,
+    ctx: &Ctx<'_>,
+    req: &CreateRequest<'_>,
+    volatile: u64,
+) -> Option<HResult> {
+    let lease = lease_request(conn, req);
+    let (file, share, inode, wire_key, durable, file_id, action, access) = {
+        let s = super::session(conn, ctx).ok()?;
+        let o = s.opens.get(&volatile)?;
+        (
+            o.file.clone(),
+            o.share.clone(),
+            o.inode,
+            o.lease_wire_key,
+            o.durable,
+            o.file_id,
+            o.create_action,
+            o.access,
+        )
+    };
+    if let Some(l) = &lease {
+        if wire_key != Some(l.key) {
+            return Some(Err(status::ACCESS_DENIED));
+        }
+    }
+    let info = match file {
+        Some(f) => blocking(move || f.info()).await,
+        None => Err(status::INTERNAL_ERROR),
+    };
+    let info = match info {
+        Ok(i) => i,
+        Err(st) => return Some(Err(st)),
+    };
+    let held = share
+        .as_ref()
+        .and_then(|s| s.oplocks().held(inode, volatile));
+    let mut contexts: Vec<(&'static [u8], Vec<u8>)> = Vec::new();
+    if req.context(CTX_MXAC).is_some() {
+        // The open's access, not recomputed: it is what this handle may do.
+        contexts.push((CTX_MXAC, mxac_response(status::SUCCESS, access)));
+    }
+    if req.context(CTX_QFID).is_some() {
+        contexts.push((CTX_QFID, qfid_response(info.file_id, 0)));
+    }
+    let mut oplock_level = req.oplock_level;
+    if let (Some(l), Some(g)) = (&lease, held) {
+        if let Some((state, epoch)) = g.lease {
+            contexts.push((
+                CTX_LEASE,
+                lease_response(&as_held(l, &g), state, epoch, g.break_in_progress),
+            ));
+            oplock_level = OPLOCK_LEVEL_LEASE;
+        }
+    }
+    if let Some(d) = durable
+        .filter(|d| d.v2 && matches!(req.oplock_level, OPLOCK_LEVEL_BATCH | OPLOCK_LEVEL_LEASE))
+    {
+        contexts.push((
+            CTX_DURABLE_REQUEST_V2,
+            durable_response_v2(u32::try_from(d.timeout.as_millis()).unwrap_or(u32::MAX), 0),
+        ));
+    }
+    let resp = CreateResponse {
+        oplock_level,
+        create_action: action,
+        attrs: attrs_of(&info),
+        file_id,
+        contexts,
+    };
+    let mut body = Vec::with_capacity(160);
+    resp.encode(&mut body);
+    Some(Ok(Reply {
+        file_id: Some(file_id),
+        ..Reply::ok(body)
+    }))
+}
+
+/// Opens or creates a file or directory (CREATE without replay detection).
+async fn create_open(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest<'_>) -> HResult {
     let (fs, token) = {
         let s = super::session(conn, ctx)?;
         if s.opens.len() >= MAX_OPENS_PER_SESSION {
@@ -491,6 +635,8 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         path: file_path.clone(),
         durable,
         lock_sequences: [super::io::LOCK_SEQUENCE_UNSET; 64],
+        replay: None,
+        create_action: created,
     };
     answer_open(conn, ctx, open, &resp)
 }
@@ -549,6 +695,8 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
         path: req.name.clone(),
         durable: None,
         lock_sequences: [super::io::LOCK_SEQUENCE_UNSET; 64],
+        replay: None,
+        create_action: FILE_OPENED,
     };
     answer_open(conn, ctx, open, &resp)
 }
@@ -560,6 +708,9 @@ pub async fn close_open(o: Open) -> Result<(), u32> {
         return Ok(());
     };
     let id = o.file_id.volatile;
+    if let Some(key) = o.replay {
+        share.replay().forget(key, id);
+    }
     let _waiters = share.locks().release_open(o.inode, id);
     share.oplocks().close(o.inode, id);
     let (outcome, pending) = {
