@@ -250,4 +250,6 @@ pub struct Open {
     pub replay: Option<super::replay::ReplayKey>,
     /// The CreateAction its CREATE answered (a replayed CREATE answers it again).
     pub create_action: u32,
+    /// The newest ChannelSequence a request on it carried (SMB 3.x).
+    pub channel_sequence: u16,
 }

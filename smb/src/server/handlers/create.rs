@@ -637,6 +637,7 @@ async fn create_open(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateReques
         lock_sequences: [super::io::LOCK_SEQUENCE_UNSET; 64],
         replay: None,
         create_action: created,
+        channel_sequence: (ctx.hdr.status & 0xFFFF) as u16,
     };
     answer_open(conn, ctx, open, &resp)
 }
@@ -697,6 +698,7 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
         lock_sequences: [super::io::LOCK_SEQUENCE_UNSET; 64],
         replay: None,
         create_action: FILE_OPENED,
+        channel_sequence: 0,
     };
     answer_open(conn, ctx, open, &resp)
 }

@@ -69,13 +69,87 @@ pub fn tree<'a>(conn: &'a mut Connection, ctx: &Ctx<'_>) -> Result<&'a mut Tree,
 pub fn open<'a>(conn: &'a mut Connection, ctx: &Ctx<'_>, id: FileId) -> Result<&'a mut Open, u32> {
     let id = ctx.resolve(id);
     let tree_id = ctx.tree_id;
+    let dialect = conn.state.negotiated.as_ref().map_or(0, |n| n.dialect);
     let s = session(conn, ctx)?;
     if !s.trees.contains_key(&tree_id) {
         return Err(status::NETWORK_NAME_DELETED);
     }
-    match s.opens.get_mut(&id.volatile) {
-        Some(o) if o.file_id == id && o.tree_id == tree_id => Ok(o),
-        _ => Err(status::FILE_CLOSED),
+    let o = match s.opens.get_mut(&id.volatile) {
+        Some(o) if o.file_id == id && o.tree_id == tree_id => o,
+        _ => return Err(status::FILE_CLOSED),
+    };
+    if dialect >= crate::proto::negotiate::DIALECT_300 {
+        check_channel_sequence(o, ctx.hdr)?;
+    }
+    if let Some(key) = o.replay.take() {
+        // The client uses the handle, so it has the CREATE's answer: no replay of that
+        // CREATE can follow, and its CreateGuid is free again (as on Windows and Samba).
+        if let Some(share) = &o.share {
+            share.replay().forget(key, o.file_id.volatile);
+        }
+    }
+    Ok(o)
+}
+
+/// MS-SMB2 3.3.5.2.10: a request naming an open with a newer ChannelSequence (the client
+/// moved to a new channel after a failure) makes it the open's; a WRITE, SET_INFO or IOCTL
+/// still carrying an older one comes from a channel the client gave up and is refused
+/// with FILE_NOT_AVAILABLE, so that a late retransmission cannot overwrite newer data.
+/// A stored sequence more than 0x7FFF above the request's is taken as the client's
+/// counter having wrapped (as Samba does). Outstanding-request counts are not kept:
+/// a replayed request is judged like any other.
+fn check_channel_sequence(o: &mut Open, hdr: &crate::proto::Header) -> Result<(), u32> {
+    use crate::proto::header::Command;
+    // For 3.x requests the first two bytes of the Status field carry it.
+    let seq = (hdr.status & 0xFFFF) as u16;
+    let modifies = matches!(
+        hdr.command(),
+        Some(Command::Write) | Some(Command::SetInfo) | Some(Command::Ioctl)
+    );
+    o.channel_sequence = next_channel_sequence(o.channel_sequence, seq, modifies)?;
+    Ok(())
+}
+
+/// The open's ChannelSequence after a request carrying `seq`, or FILE_NOT_AVAILABLE for
+/// a modifying request from an older channel.
+fn next_channel_sequence(stored: u16, seq: u16, modifies: bool) -> Result<u16, u32> {
+    let mut diff = i32::from(seq) - i32::from(stored);
+    if diff.abs() > i32::from(i16::MAX) {
+        diff = -diff;
+    }
+    if diff > 0 {
+        Ok(seq)
+    } else if diff < 0 && modifies {
+        Err(status::FILE_NOT_AVAILABLE)
+    } else {
+        Ok(stored)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_sequences_move_forward_and_stale_writes_are_refused() {
+        assert_eq!(next_channel_sequence(0, 1, true), Ok(1));
+        assert_eq!(next_channel_sequence(5, 5, true), Ok(5));
+        assert_eq!(
+            next_channel_sequence(5, 4, false),
+            Ok(5),
+            "a stale read passes"
+        );
+        assert_eq!(
+            next_channel_sequence(5, 4, true),
+            Err(status::FILE_NOT_AVAILABLE)
+        );
+        // More than 0x7FFF apart: the client's counter wrapped.
+        assert_eq!(next_channel_sequence(0xFFFF, 0, true), Ok(0));
+        assert_eq!(
+            next_channel_sequence(0, 0x8000, true),
+            Err(status::FILE_NOT_AVAILABLE)
+        );
+        assert_eq!(next_channel_sequence(0, 0x7FFF, true), Ok(0x7FFF));
     }
 }
 
