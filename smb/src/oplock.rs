@@ -759,8 +759,7 @@ mod tests {
         let now = Instant::now();
         let batch = Want::Oplock(OPLOCK_LEVEL_BATCH);
         t.grant(1, holder(10), batch, false, false, 7);
-        t.break_for_open(1, None, OpenImpact::default(), now)
-            .notices;
+        t.break_for_open(1, None, OpenImpact::default(), now);
         assert_eq!(t.ack_oplock(1, 10, OPLOCK_LEVEL_II), Ok(OPLOCK_LEVEL_II));
         let g = t.grant(1, holder(11), batch, true, false, 8);
         assert_eq!(g.oplock_level, OPLOCK_LEVEL_II);

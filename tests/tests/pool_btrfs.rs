@@ -487,6 +487,62 @@ async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<
     std::fs::remove_dir_all(root.join("dir"))?;
     pattern_file(&root.join("new.bin"), MIB, 22);
     assert_ne!(tree_sums(&root), before);
+
+    // The snapshot is a previous version over SMB: allinfo lists its @GMT token (from
+    // FSCTL_SRV_ENUMERATE_SNAPSHOTS), the old contents, deleted files included, read back
+    // through it (smbclient sends the timewarp context), and it cannot be written.
+    let (s, b) = api.post("/api/v1/users", &json!({"name": USER, "password": PASS}))?;
+    assert_eq!(s, 201, "{b}");
+    let work = tempfile::tempdir()?;
+    let out = smbclient(&q, "snap", "allinfo a.bin", work.path());
+    let token = out
+        .split_whitespace()
+        .find(|w| w.starts_with("@GMT-"))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no previous version listed: {out}"));
+    let out = smbclient(
+        &q,
+        "snap",
+        &format!(
+            "get {token}\\a.bin old-a.bin; get {token}\\dir\\c.bin old-c.bin; get a.bin new-a.bin"
+        ),
+        work.path(),
+    );
+    assert_eq!(
+        sha256_of(&work.path().join("old-a.bin")),
+        before["a.bin"],
+        "{out}"
+    );
+    assert_eq!(
+        sha256_of(&work.path().join("old-c.bin")),
+        before[&format!("dir{}c.bin", std::path::MAIN_SEPARATOR)],
+        "{out}"
+    );
+    assert_eq!(
+        sha256_of(&work.path().join("new-a.bin")),
+        sha256_of(&root.join("a.bin"))
+    );
+    let out = smbclient(
+        &q,
+        "snap",
+        &format!("put old-a.bin {token}\\x.bin"),
+        work.path(),
+    );
+    assert!(
+        out.contains("NT_STATUS_ACCESS_DENIED") || out.contains("NT_STATUS_MEDIA_WRITE_PROTECTED"),
+        "a write into a previous version: {out}"
+    );
+    let out = smbclient(
+        &q,
+        "snap",
+        "get @GMT-2001.01.01-00.00.00\\a.bin x",
+        work.path(),
+    );
+    assert!(
+        out.contains("NT_STATUS_OBJECT_NAME_NOT_FOUND"),
+        "no such version: {out}"
+    );
+
     let (s, b) = api.post(
         &format!("/api/v1/snapshots/{}/restore", snap["id"]),
         &json!({}),

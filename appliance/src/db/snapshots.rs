@@ -161,6 +161,18 @@ impl Db {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
+    /// When each snapshot of share `share` was taken (seconds since the epoch) and where
+    /// its data lives, newest first: the share's previous versions over SMB.
+    pub fn share_snapshot_times(&self, share: &str) -> DbResult<Vec<(i64, String)>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT s.created_at, s.path FROM snapshots s JOIN shares sh ON sh.id = s.share_id
+              WHERE sh.name = ?1 COLLATE NOCASE ORDER BY s.created_at DESC, s.id DESC",
+        )?;
+        let rows = stmt.query_map(params![share], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
     /// Deletes a snapshot record; `remove` deletes its data inside the transaction.
     pub fn delete_snapshot(
         &self,

@@ -146,6 +146,11 @@ impl DirectoryPool {
         &self.root
     }
 
+    /// Where the data of a snapshot recorded at `rel` (relative to the pool root) lives.
+    pub fn snapshot_root(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
     /// Directory of a share's files. Share names are validated (no separators), so the
     /// join cannot leave the pool.
     pub fn share_root(&self, share: &str) -> PathBuf {

@@ -142,6 +142,45 @@ impl Backend for AppBackend {
         }
     }
 
+    fn share_snapshots(&self, name: &str) -> Vec<i64> {
+        match self.state.db.share_snapshot_times(name) {
+            Ok(v) => {
+                let mut times: Vec<i64> = v.into_iter().map(|(t, _)| t).collect();
+                // Two snapshots in one second share a token: the newest answers for it.
+                times.dedup();
+                times
+            }
+            Err(e) => {
+                tracing::error!(error = %e, share = name, "snapshot list failed");
+                Vec::new()
+            }
+        }
+    }
+
+    fn snapshot_fs(&self, name: &str, at: i64) -> Result<Arc<dyn ShareFs>, FsError> {
+        let snaps = self
+            .state
+            .db
+            .share_snapshot_times(name)
+            .map_err(|e| FsError::Io {
+                context: format!("snapshots of share {name}"),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        let Some((_, rel)) = snaps.into_iter().find(|(t, _)| *t == at) else {
+            return Err(FsError::NotFound(format!("{name} at {at}")));
+        };
+        let root = self.state.pool.snapshot_root(&rel);
+        let fs = PosixShareFs::open(
+            &root,
+            self.state.pool.share_quota(name),
+            PosixShareConfig {
+                label: name.to_string(),
+                read_only: true,
+            },
+        )?;
+        Ok(Arc::new(fs))
+    }
+
     fn share_fs(&self, name: &str) -> Result<Arc<dyn ShareFs>, FsError> {
         let share = self
             .state

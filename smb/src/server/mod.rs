@@ -26,6 +26,7 @@ pub mod dispatch;
 pub mod durable;
 pub mod handlers;
 pub mod pending;
+pub mod previous;
 pub mod replay;
 pub mod shared;
 pub mod state;
@@ -250,6 +251,16 @@ pub trait Backend: Send + Sync + 'static {
     /// password); `user` is the name the client tried, when it got that far. Must not
     /// block. The default does nothing.
     fn auth_failed(&self, _user: Option<&str>, _peer: SocketAddr) {}
+    /// When share `name`'s snapshots were taken (whole seconds since the Unix epoch,
+    /// newest first): its previous versions. The default has none.
+    fn share_snapshots(&self, _name: &str) -> Vec<i64> {
+        Vec::new()
+    }
+    /// Opens, read-only, share `name` as its snapshot taken at `at` (a time
+    /// [`Backend::share_snapshots`] listed) showed it. The default has none.
+    fn snapshot_fs(&self, name: &str, _at: i64) -> Result<Arc<dyn ShareFs>, FsError> {
+        Err(FsError::NotFound(name.to_string()))
+    }
 }
 
 /// Server-wide settings.

@@ -23,6 +23,7 @@ use crate::proto::oplock::{
 use crate::proto::{status, FileAttrs, FileId, ATTR_NORMAL};
 use crate::server::durable::Durable;
 use crate::server::pending::Wait;
+use crate::server::previous;
 use crate::server::replay::{Lookup, ReplayHolder, ReplayKey};
 use crate::server::shared::{deliver, ShareState};
 use crate::share_mode::access::{check_may_delete, stream_key};
@@ -277,8 +278,12 @@ async fn replay_open(
 }
 
 /// Opens or creates a file or directory (CREATE without replay detection).
-async fn create_open(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest<'_>) -> HResult {
-    let (fs, token) = {
+async fn create_open(
+    conn: &mut Connection,
+    ctx: &mut Ctx<'_>,
+    mut req: CreateRequest<'_>,
+) -> HResult {
+    let (fs, token, share_name) = {
         let s = super::session(conn, ctx)?;
         if s.opens.len() >= MAX_OPENS_PER_SESSION {
             return Err(status::INSUFFICIENT_RESOURCES);
@@ -296,7 +301,7 @@ async fn create_open(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateReques
                 state,
             } => Some((fs.clone(), *read_only, state.clone())),
         };
-        (fs, token)
+        (fs, token, t.share.clone())
     };
     let Some((fs, read_only, share_state)) = fs else {
         return open_pipe(conn, ctx, &req).await;
@@ -305,6 +310,28 @@ async fn create_open(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateReques
         // Only the reconnect context counts: name, disposition and the rest are ignored.
         return reconnect(conn, ctx, &req, reclaim, share_state).await;
     }
+    // A previous version: the snapshot's tree, read-only, with its own table entries.
+    let (name, token_at) = previous::strip_gmt_token(&req.name)?;
+    req.name = name;
+    let snapshot = match req.context(previous::CTX_TWRP) {
+        Some(c) => Some(previous::twrp_time(c.data)?),
+        None => token_at,
+    };
+    let (fs, read_only) = match snapshot {
+        Some(at) => {
+            let backend = conn.backend.clone();
+            let fs = blocking(move || backend.snapshot_fs(&share_name, at))
+                .await
+                .map_err(|_| status::OBJECT_NAME_NOT_FOUND)?;
+            (fs, true)
+        }
+        None => (fs, read_only),
+    };
+    // Snapshot files keep their inode numbers: their table keys are set apart by time.
+    let version_key = move |id: u64| match snapshot {
+        Some(at) => id ^ (at as u64 | 1 << 63).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        None => id,
+    };
     if req.name.starts_with('\\') {
         return Err(status::INVALID_PARAMETER);
     }
@@ -393,8 +420,8 @@ async fn create_open(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateReques
     let key_of = {
         let stream = stream.clone();
         move |file_id: u64| match &stream {
-            Some(s) => stream_key(file_id, s),
-            None => file_id,
+            Some(s) => stream_key(version_key(file_id), s),
+            None => version_key(file_id),
         }
     };
     let attributes = req.file_attributes;

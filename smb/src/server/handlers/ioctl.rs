@@ -101,6 +101,18 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
             }
             Ok(reply(req.ctl_code, id, &out))
         }
+        crate::server::previous::FSCTL_SRV_ENUMERATE_SNAPSHOTS => {
+            let id = ctx.resolve(req.file_id);
+            let open = super::open(conn, ctx, req.file_id)?;
+            if open.share.is_none() {
+                return Err(status::INVALID_DEVICE_REQUEST);
+            }
+            let share = super::tree(conn, ctx)?.share.clone();
+            let backend = conn.backend.clone();
+            let times = blocking(move || Ok(backend.share_snapshots(&share))).await?;
+            let out = crate::server::previous::encode_snapshot_array(&times, max_out)?;
+            Ok(reply(req.ctl_code, id, &out))
+        }
         FSCTL_SRV_REQUEST_RESUME_KEY => {
             super::copychunk::request_resume_key(conn, ctx, &req, max_out)
         }

@@ -126,6 +126,24 @@ fn next_channel_sequence(stored: u16, seq: u16, modifies: bool) -> Result<u16, u
     }
 }
 
+/// The storage handle of an open (pipes have none).
+pub fn file_of(o: &Open) -> Result<Arc<dyn crate::vfs::FsFile>, u32> {
+    o.file.clone().ok_or(status::INVALID_DEVICE_REQUEST)
+}
+
+/// Converts storage metadata to the wire's attribute block.
+pub fn attrs_of(i: &crate::vfs::FileInfo) -> crate::proto::FileAttrs {
+    crate::proto::FileAttrs {
+        creation_time: i.creation_time,
+        last_access_time: i.last_access_time,
+        last_write_time: i.last_write_time,
+        change_time: i.change_time,
+        allocation_size: i.allocation_size,
+        end_of_file: i.end_of_file,
+        attributes: i.attributes,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,23 +168,5 @@ mod tests {
             Err(status::FILE_NOT_AVAILABLE)
         );
         assert_eq!(next_channel_sequence(0, 0x7FFF, true), Ok(0x7FFF));
-    }
-}
-
-/// The storage handle of an open (pipes have none).
-pub fn file_of(o: &Open) -> Result<Arc<dyn crate::vfs::FsFile>, u32> {
-    o.file.clone().ok_or(status::INVALID_DEVICE_REQUEST)
-}
-
-/// Converts storage metadata to the wire's attribute block.
-pub fn attrs_of(i: &crate::vfs::FileInfo) -> crate::proto::FileAttrs {
-    crate::proto::FileAttrs {
-        creation_time: i.creation_time,
-        last_access_time: i.last_access_time,
-        last_write_time: i.last_write_time,
-        change_time: i.change_time,
-        allocation_size: i.allocation_size,
-        end_of_file: i.end_of_file,
-        attributes: i.attributes,
     }
 }
