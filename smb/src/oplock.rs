@@ -394,6 +394,37 @@ impl<S: Clone> OplockTable<S> {
         out
     }
 
+    /// Breaks the handle caching other leases hold on `file` before an open holding lease
+    /// `key` (if any) renames it: their cached handles would name the old path. The
+    /// rename waits for those acknowledgments ([`OpenBreaks::wait`]), as on Windows.
+    /// Oplocks are left alone.
+    pub fn break_for_rename(
+        &mut self,
+        file: FileKey,
+        key: Option<&[u8; 16]>,
+        now: Instant,
+    ) -> OpenBreaks<S> {
+        let timeout = self.timeout;
+        let mut out = OpenBreaks {
+            notices: Vec::new(),
+            wait: false,
+        };
+        if let Some(list) = self.files.get_mut(&file) {
+            for e in list.iter_mut() {
+                if e.is_oplock() || (key.is_some() && e.key.as_ref() == key) {
+                    continue;
+                }
+                let target = e.target() & !H;
+                out.notices.extend(Self::lower(e, target, now, timeout));
+                if e.breaking_to.is_some() && e.state & H != 0 {
+                    out.wait = true;
+                }
+            }
+        }
+        self.prune(file);
+        out
+    }
+
     /// Breaks read caching of every grant on `file` but the writer's own lease or
     /// exclusive/batch oplock (a WRITE or an end-of-file change by `writer`, holding lease
     /// `key` if any). A level II oplock breaks even on its own open's writes (Windows).

@@ -1112,6 +1112,7 @@ impl Connection {
         use crate::oplock::NoticeKind;
         use crate::proto::oplock::{encode_lease_break_notification, encode_oplock_break};
         let Some(session) = self.state.sessions.get(&notice.session_id) else {
+            tracing::debug!(session_id = notice.session_id, "break for a session gone");
             return Ok(None);
         };
         let seal = session.encrypt_key.is_some()
@@ -1142,6 +1143,10 @@ impl Connection {
                     .find(|o| o.lease_key == Some(key))
                     .and_then(|o| o.lease_wire_key)
                 else {
+                    tracing::debug!(
+                        session_id = notice.session_id,
+                        "break for a lease no open holds"
+                    );
                     return Ok(None);
                 };
                 encode_lease_break_notification(&mut body, &wire, epoch, ack_required, current, new)

@@ -337,6 +337,20 @@ pub async fn set_info(
                 encode_set_info_response(&mut body);
                 return Ok(Reply::ok(body));
             }
+            // Other leases' cached handles would name the old path: break them first,
+            // and wait for the acknowledgments when the request stands alone.
+            let key = writer.3;
+            let breaks =
+                share
+                    .oplocks()
+                    .break_for_rename(inode, key.as_ref(), std::time::Instant::now());
+            crate::server::shared::deliver(breaks.notices);
+            if ctx.deferrable && breaks.wait {
+                return Ok(Reply {
+                    wait: Some(crate::server::pending::Wait::Breaks { share, inode, key }),
+                    ..Reply::default()
+                });
+            }
             let target = r.file_name.trim_start_matches('\\').to_string();
             let t2 = target.clone();
             blocking(move || f.rename(&t2, r.replace_if_exists)).await?;
