@@ -991,6 +991,28 @@ mod tests {
     }
 
     #[test]
+    fn a_rename_breaks_other_leases_handles_and_waits_but_not_its_own() {
+        let mut t = OplockTable::<u32>::default();
+        let now = Instant::now();
+        t.grant(1, holder(1), lease(1, R | H), false, false, 1);
+        t.grant(1, holder(2), lease(2, R | H), true, false, 1);
+        t.grant(1, holder(3), Want::Oplock(OPLOCK_LEVEL_II), true, false, 1);
+        let b = t.break_for_rename(1, Some(&[1; 16]), now);
+        assert!(b.wait);
+        assert_eq!(b.notices.len(), 1, "only the other lease: {:?}", b.notices);
+        assert!(
+            matches!(b.notices[0].1.kind, NoticeKind::Lease { key, new: R, .. } if key == [2; 16])
+        );
+        let b = t.break_for_rename(1, Some(&[1; 16]), now);
+        assert!(
+            b.notices.is_empty() && b.wait,
+            "still waiting, no second notice"
+        );
+        let _ = t.ack_lease(&[2; 16], R, now);
+        assert!(!t.break_for_rename(1, Some(&[1; 16]), now).wait);
+    }
+
+    #[test]
     fn opens_wait_only_for_write_caching_or_handles_they_conflict_with() {
         let mut t = OplockTable::<u32>::default();
         let now = Instant::now();
