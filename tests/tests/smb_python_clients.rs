@@ -28,8 +28,14 @@ fn setup() -> QuarryProcess {
 
 /// Runs a Python script with PORT/USER/PASS in its environment; returns stdout+stderr.
 fn python(q: &QuarryProcess, script: &str) -> String {
+    python_with(q, script, &[])
+}
+
+/// [`python`] with more environment variables.
+fn python_with(q: &QuarryProcess, script: &str, env: &[(&str, &str)]) -> String {
     let out = Command::new("python3")
         .args(["-c", script])
+        .envs(env.iter().copied())
         .env("PORT", q.smb.port().to_string())
         .env("SMBUSER", USER)
         .env("SMBPASS", PASS)
@@ -330,5 +336,119 @@ print("OK reclaimed after", attempt, "retries")
 fn smbprotocol_durable_handle_survives_a_destroyed_connection() {
     let q = setup();
     let out = python(&q, SMBPROTOCOL_DURABLE_RECONNECT);
+    assert!(out.contains("OK reclaimed"), "{out}");
+}
+
+/// Phase one of the persistent-handle test: a persistent handle on a continuously
+/// available share, written, then left open (the process exits without closing it).
+const SMBPROTOCOL_PERSISTENT_OPEN: &str = r#"
+import os, uuid
+from smbprotocol.connection import Connection
+from smbprotocol.session import Session
+from smbprotocol.tree import TreeConnect
+from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes, RequestedOplockLevel
+from smbprotocol.create_contexts import CreateContextName, SMB2CreateContextRequest, SMB2CreateDurableHandleRequestV2, DurableHandleFlags
+client = uuid.UUID(os.environ["CLIENT_GUID"]); guid = uuid.UUID(os.environ["CREATE_GUID"])
+conn = Connection(client, "127.0.0.1", int(os.environ["PORT"])); conn.connect()
+sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"]); sess.connect()
+tree = TreeConnect(sess, r"\\127.0.0.1\ca"); tree.connect()
+assert tree.is_ca_share, "the share is not continuously available"
+req = SMB2CreateDurableHandleRequestV2(); req["timeout"] = 120000; req["create_guid"] = guid
+req["flags"] = DurableHandleFlags.SMB2_DHANDLE_FLAG_PERSISTENT
+c = SMB2CreateContextRequest(); c["buffer_name"] = CreateContextName.SMB2_CREATE_DURABLE_HANDLE_REQUEST_V2; c["buffer_data"] = req
+o = Open(tree, "ckpt.bin")
+got = o.create(ImpersonationLevel.Impersonation,
+               FilePipePrinterAccessMask.GENERIC_READ | FilePipePrinterAccessMask.GENERIC_WRITE,
+               FileAttributes.FILE_ATTRIBUTE_NORMAL, ShareAccess.FILE_SHARE_READ,
+               CreateDisposition.FILE_OVERWRITE_IF, CreateOptions.FILE_NON_DIRECTORY_FILE,
+               create_contexts=[c], oplock_level=RequestedOplockLevel.SMB2_OPLOCK_LEVEL_NONE)
+resp = [x for x in (got or []) if type(x).__name__ == "SMB2CreateDurableHandleResponseV2"]
+assert resp and resp[0]["flags"].get_value() & 2, "no persistent handle granted: %r" % got
+o.write(b"A" * 1048576, 0)
+print("FILEID", o.file_id.hex())
+os._exit(0)
+"#;
+
+/// Phase two: after the restart, the same client reclaims the handle and goes on.
+const SMBPROTOCOL_PERSISTENT_RECLAIM: &str = r#"
+import os, uuid
+from smbprotocol.connection import Connection
+from smbprotocol.session import Session
+from smbprotocol.tree import TreeConnect
+from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes, RequestedOplockLevel
+from smbprotocol.create_contexts import CreateContextName, SMB2CreateContextRequest, SMB2CreateDurableHandleReconnectV2, DurableHandleFlags
+from smbprotocol.exceptions import SMBResponseException
+client = uuid.UUID(os.environ["CLIENT_GUID"]); guid = uuid.UUID(os.environ["CREATE_GUID"])
+def connect(client):
+    conn = Connection(client, "127.0.0.1", int(os.environ["PORT"])); conn.connect()
+    sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"]); sess.connect()
+    tree = TreeConnect(sess, r"\\127.0.0.1\ca"); tree.connect()
+    return tree
+def open_plain(tree):
+    o = Open(tree, "ckpt.bin")
+    o.create(ImpersonationLevel.Impersonation, FilePipePrinterAccessMask.GENERIC_WRITE,
+             FileAttributes.FILE_ATTRIBUTE_NORMAL, ShareAccess.FILE_SHARE_READ,
+             CreateDisposition.FILE_OPEN, CreateOptions.FILE_NON_DIRECTORY_FILE)
+tree = connect(client)
+# The restored handle still holds its share mode: another writer is refused.
+try:
+    open_plain(connect(uuid.uuid4()))
+    raise SystemExit("a conflicting open was allowed while the persistent handle waits")
+except SMBResponseException as e:
+    assert e.status == 0xC0000043, hex(e.status)
+rc = SMB2CreateDurableHandleReconnectV2(); rc["file_id"] = bytes.fromhex(os.environ["FILEID"]); rc["create_guid"] = guid
+rc["flags"] = DurableHandleFlags.SMB2_DHANDLE_FLAG_PERSISTENT
+c = SMB2CreateContextRequest(); c["buffer_name"] = CreateContextName.SMB2_CREATE_DURABLE_HANDLE_RECONNECT_V2; c["buffer_data"] = rc
+o = Open(tree, "ckpt.bin")
+o.create(ImpersonationLevel.Impersonation,
+         FilePipePrinterAccessMask.GENERIC_READ | FilePipePrinterAccessMask.GENERIC_WRITE,
+         FileAttributes.FILE_ATTRIBUTE_NORMAL, ShareAccess.FILE_SHARE_READ,
+         CreateDisposition.FILE_OPEN, CreateOptions.FILE_NON_DIRECTORY_FILE,
+         create_contexts=[c], oplock_level=RequestedOplockLevel.SMB2_OPLOCK_LEVEL_NONE)
+assert o.file_id.hex() == os.environ["FILEID"], (o.file_id.hex(), os.environ["FILEID"])
+o.write(b"B" * 1048576, 1048576)
+back = o.read(0, 1048576) + o.read(1048576, 1048576)
+assert back == b"A" * 1048576 + b"B" * 1048576, "data differs after the restart"
+o.close()
+# Closed for good: the file is free again.
+open_plain(connect(uuid.uuid4()))
+print("OK reclaimed after the restart")
+"#;
+
+#[test]
+fn smbprotocol_persistent_handle_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let q = QuarryProcess::start_in(&data).expect("quarry starts");
+    let api = q.admin().expect("admin login");
+    let (s, b) = api
+        .post("/api/v1/users", &json!({"name": USER, "password": PASS}))
+        .unwrap();
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = api
+        .post(
+            "/api/v1/shares",
+            &json!({"name": "ca", "continuously_available": true}),
+        )
+        .unwrap();
+    assert_eq!(s, 201, "{b}");
+    assert_eq!(b["continuously_available"], true, "{b}");
+    let ids = [
+        ("CLIENT_GUID", "6d3c1c0e-1f5e-4a7b-9c1d-0a0b0c0d0e0f"),
+        ("CREATE_GUID", "0f0e0d0c-0b0a-4c1d-8b7a-5e1f0e1c3c6d"),
+    ];
+    let out = python_with(&q, SMBPROTOCOL_PERSISTENT_OPEN, &ids);
+    let file_id = out
+        .lines()
+        .find_map(|l| l.strip_prefix("FILEID "))
+        .unwrap_or_else(|| panic!("no handle: {out}"))
+        .trim()
+        .to_string();
+    // A service restart (SIGTERM), not a dropped connection.
+    assert_eq!(q.stop().expect("stops"), 0);
+    let q = QuarryProcess::start_in(&data).expect("quarry restarts");
+    let mut env = ids.to_vec();
+    env.push(("FILEID", &file_id));
+    let out = python_with(&q, SMBPROTOCOL_PERSISTENT_RECLAIM, &env);
     assert!(out.contains("OK reclaimed"), "{out}");
 }

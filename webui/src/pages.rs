@@ -218,6 +218,8 @@ pub struct ShareRow {
     pub encrypt: bool,
     /// Guests may connect.
     pub guest_ok: bool,
+    /// Persistent handles (continuously available).
+    pub continuously_available: bool,
     /// Allowed users, comma-separated (`""`: every user).
     pub users: String,
     /// UNC path.

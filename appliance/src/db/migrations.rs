@@ -167,6 +167,22 @@ const MIGRATIONS: &[&str] = &[
         CHECK ((share_id IS NULL) <> (volume_id IS NULL))
     );
     "#,
+    // 9: continuously available shares and the persistent handles they keep.
+    r#"
+    ALTER TABLE shares ADD COLUMN continuously_available INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE persistent_opens (
+        persistent_id INTEGER PRIMARY KEY,
+        share         TEXT NOT NULL,
+        path          TEXT NOT NULL,
+        user_name     TEXT NOT NULL,
+        client_guid   BLOB NOT NULL,
+        create_guid   BLOB NOT NULL,
+        access        INTEGER NOT NULL,
+        share_access  INTEGER NOT NULL,
+        timeout_ms    INTEGER NOT NULL,
+        created_at    INTEGER NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this binary writes.

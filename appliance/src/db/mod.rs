@@ -11,6 +11,7 @@ pub mod migrations;
 pub mod model;
 pub mod nvme;
 pub mod nvme_listeners;
+pub mod persistent_opens;
 pub mod pool;
 pub mod shares;
 pub mod snapshots;

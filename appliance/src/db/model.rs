@@ -78,6 +78,8 @@ pub struct Share {
     pub encrypt: bool,
     /// Allow the guest/anonymous user.
     pub guest_ok: bool,
+    /// Continuously available: SMB 3 persistent handles survive a restart.
+    pub continuously_available: bool,
     /// Users allowed to connect; empty means every SMB user.
     pub users: Vec<String>,
     /// Pool dataset holding the share's files (relative to the pool).

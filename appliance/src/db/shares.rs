@@ -72,6 +72,8 @@ pub struct NewShare {
     pub encrypt: bool,
     /// Guest access allowed.
     pub guest_ok: bool,
+    /// Continuously available (persistent handles).
+    pub continuously_available: bool,
     /// Allowed users (empty: all SMB users).
     pub users: Vec<String>,
 }
@@ -89,6 +91,8 @@ pub struct ShareUpdate {
     pub encrypt: Option<bool>,
     /// New guest flag.
     pub guest_ok: Option<bool>,
+    /// New continuous-availability flag.
+    pub continuously_available: Option<bool>,
     /// New access list.
     pub users: Option<Vec<String>>,
 }
@@ -116,7 +120,8 @@ fn set_users(tx: &Transaction<'_>, share_id: i64, users: &[String]) -> DbResult<
 fn load_share(conn: &rusqlite::Connection, name: &str) -> DbResult<Option<Share>> {
     let row = conn
         .query_row(
-            "SELECT id, name, comment, quota_bytes, read_only, encrypt, guest_ok, dataset, created_at
+            "SELECT id, name, comment, quota_bytes, read_only, encrypt, guest_ok, dataset, created_at,
+                    continuously_available
              FROM shares WHERE name = ?1",
             [name],
             |r| {
@@ -129,6 +134,7 @@ fn load_share(conn: &rusqlite::Connection, name: &str) -> DbResult<Option<Share>
                         read_only: r.get(4)?,
                         encrypt: r.get(5)?,
                         guest_ok: r.get(6)?,
+                        continuously_available: r.get(9)?,
                         users: Vec::new(),
                         dataset: r.get(7)?,
                         created_at: r.get(8)?,
@@ -165,16 +171,18 @@ impl Db {
         let detail = serde_json::json!({
             "quota_bytes": new.quota_bytes, "read_only": new.read_only, "encrypt": new.encrypt,
             "guest_ok": new.guest_ok, "users": new.users,
+            "continuously_available": new.continuously_available,
         });
         let dataset = format!("shares/{}", new.name);
         self.write(actor, "share.create", &new.name, detail, |tx| {
             let t = now();
             tx.execute(
-                "INSERT INTO shares(name, dataset, comment, quota_bytes, read_only, encrypt, guest_ok, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+                "INSERT INTO shares(name, dataset, comment, quota_bytes, read_only, encrypt, guest_ok,
+                                    continuously_available, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?8, ?8)",
                 params![
                     new.name, dataset, new.comment, new.quota_bytes.map(|q| q as i64),
-                    new.read_only, new.encrypt, new.guest_ok, t
+                    new.read_only, new.encrypt, new.guest_ok, t, new.continuously_available
                 ],
             )
             .map_err(|e| DbError::from_constraint(e, &format!("share {} already exists", new.name)))?;
@@ -195,6 +203,7 @@ impl Db {
         let detail = serde_json::json!({
             "quota_bytes": update.quota_bytes, "read_only": update.read_only, "encrypt": update.encrypt,
             "guest_ok": update.guest_ok, "users": update.users, "comment_changed": update.comment.is_some(),
+            "continuously_available": update.continuously_available,
         });
         self.write(actor, "share.update", name, detail, |tx| {
             let id: i64 = tx
@@ -220,6 +229,7 @@ impl Db {
                 ("read_only", update.read_only),
                 ("encrypt", update.encrypt),
                 ("guest_ok", update.guest_ok),
+                ("continuously_available", update.continuously_available),
             ] {
                 if let Some(v) = value {
                     tx.execute(

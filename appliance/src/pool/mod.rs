@@ -326,6 +326,7 @@ mod tests {
             read_only: false,
             encrypt: false,
             guest_ok: false,
+            continuously_available: false,
             users: vec![],
             dataset: format!("shares/{name}"),
             created_at: 0,

@@ -97,6 +97,7 @@ fn to_config(s: crate::db::model::Share) -> ShareConfig {
         encrypt: s.encrypt,
         guest_ok: s.guest_ok,
         users: s.users,
+        continuously_available: s.continuously_available,
     }
 }
 
@@ -155,6 +156,25 @@ impl Backend for AppBackend {
                 Vec::new()
             }
         }
+    }
+
+    fn persist_open(&self, open: &quarry_smb::server::durable::PersistedOpen) {
+        if let Err(e) = self.state.db.persist_open(open) {
+            tracing::error!(error = %e, share = open.share, "recording a persistent handle failed");
+        }
+    }
+
+    fn forget_persisted_open(&self, persistent_id: u64) {
+        if let Err(e) = self.state.db.forget_persisted_open(persistent_id) {
+            tracing::error!(error = %e, "forgetting a persistent handle failed");
+        }
+    }
+
+    fn persisted_opens(&self) -> Vec<quarry_smb::server::durable::PersistedOpen> {
+        self.state.db.persisted_opens().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "reading persistent handles failed");
+            Vec::new()
+        })
     }
 
     fn snapshot_fs(&self, name: &str, at: i64) -> Result<Arc<dyn ShareFs>, FsError> {

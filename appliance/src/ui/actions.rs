@@ -165,6 +165,7 @@ pub async fn share_create(
                 read_only: f.flag("read_only"),
                 encrypt: f.flag("encrypt"),
                 guest_ok: false,
+                continuously_available: f.flag("continuously_available"),
                 users: split_list(&f.text("users")),
                 comment: f.text("comment"),
             };
@@ -194,6 +195,7 @@ pub async fn share_quota(
                 read_only: None,
                 encrypt: None,
                 guest_ok: None,
+                continuously_available: None,
                 users: None,
                 comment: None,
             };
@@ -204,7 +206,7 @@ pub async fn share_quota(
 }
 
 /// `POST /ui/shares/{name}/access`: sets who may use the share and how (`users`,
-/// `read_only`, `encrypt`, `guest_ok`).
+/// `read_only`, `encrypt`, `guest_ok`, `continuously_available`).
 pub async fn share_access(
     State(state): State<AppState>,
     Session(auth): Session,
@@ -224,6 +226,7 @@ pub async fn share_access(
                 read_only: Some(f.flag("read_only")),
                 encrypt: Some(f.flag("encrypt")),
                 guest_ok: Some(f.flag("guest_ok")),
+                continuously_available: Some(f.flag("continuously_available")),
                 users: Some(split_list(&f.text("users"))),
                 comment: None,
             };

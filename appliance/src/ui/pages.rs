@@ -280,6 +280,7 @@ async fn shares_page(
                 read_only: s.read_only,
                 encrypt: s.encrypt,
                 guest_ok: s.guest_ok,
+                continuously_available: s.continuously_available,
                 users: s.users.join(", "),
                 unc: s.unc,
                 comment: s.comment,

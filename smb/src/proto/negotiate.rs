@@ -32,6 +32,9 @@ pub const CAP_LARGE_MTU: u32 = 0x0000_0004;
 pub const CAP_MULTI_CHANNEL: u32 = 0x0000_0008;
 /// Capability: encryption (3.0/3.0.2; 3.1.1 negotiates ciphers by context).
 pub const CAP_ENCRYPTION: u32 = 0x0000_0040;
+/// SMB2_GLOBAL_CAP_PERSISTENT_HANDLES: continuously available shares keep persistent
+/// handles across a server restart.
+pub const CAP_PERSISTENT_HANDLES: u32 = 0x0000_0010;
 
 /// Negotiate context: preauth integrity capabilities.
 pub const CTX_PREAUTH_INTEGRITY: u16 = 0x0001;

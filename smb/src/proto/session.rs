@@ -21,6 +21,8 @@ pub const SHARE_TYPE_PIPE: u8 = 0x02;
 pub const SHAREFLAG_ENCRYPT_DATA: u32 = 0x0000_8000;
 /// Share flag: no client-side caching.
 pub const SHAREFLAG_NO_CACHING: u32 = 0x0000_0030;
+/// SMB2_SHARE_CAP_CONTINUOUS_AVAILABILITY: the share grants persistent handles.
+pub const SHARE_CAP_CONTINUOUS_AVAILABILITY: u32 = 0x0000_0010;
 /// Tree connect flag (3.1.1): the request carries a TREE_CONNECT_REQUEST_EXTENSION.
 pub const TREE_CONNECT_FLAG_EXTENSION_PRESENT: u16 = 0x0004;
 /// Longest share path (\\server\share) we accept, in bytes of UTF-16.

@@ -22,6 +22,30 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 /// Most opens kept at once server-wide; beyond it a lost connection's opens are closed.
 pub const MAX_PRESERVED: usize = 16384;
 
+/// A persistent handle as the appliance keeps it across restarts: enough to open the file
+/// again, take its share-mode entry back, and let the same user and client reclaim it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PersistedOpen {
+    /// Its FileId (persistent and volatile halves are equal).
+    pub persistent_id: u64,
+    /// The CreateGuid its DH2C must name.
+    pub create_guid: [u8; 16],
+    /// The client it belongs to.
+    pub client_guid: [u8; 16],
+    /// The user who opened it.
+    pub user: String,
+    /// The share.
+    pub share: String,
+    /// Path relative to the share.
+    pub path: String,
+    /// Granted access.
+    pub access: u32,
+    /// Share access (the share-mode entry it holds).
+    pub share_access: u32,
+    /// Durable timeout in milliseconds.
+    pub timeout_ms: u32,
+}
+
 /// What made an open durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Durable {
@@ -31,6 +55,9 @@ pub struct Durable {
     pub create_guid: [u8; 16],
     /// How long it is kept without a connection.
     pub timeout: Duration,
+    /// A persistent handle (continuously available share): kept by the appliance
+    /// ([`super::Backend::persist_open`]) so that it also outlives a server restart.
+    pub persistent: bool,
 }
 
 impl Durable {
@@ -94,7 +121,9 @@ impl DurableTable {
             let ids: Vec<u64> = m
                 .iter()
                 .filter(|(_, p)| {
-                    p.open.inode == inode
+                    // A persistent handle does not give way: its client will be back.
+                    !p.open.durable.is_some_and(|d| d.persistent)
+                        && p.open.inode == inode
                         && p.open.share.as_ref().is_some_and(|s| Arc::ptr_eq(s, share))
                 })
                 .map(|(id, _)| *id)
@@ -158,4 +187,135 @@ pub fn preserve(shared: &Arc<SharedState>, open: Open, owner: Owner) -> Option<O
         }
     });
     None
+}
+
+/// Gives back the persistent handles recorded before a restart: each file is opened again
+/// (reading and writing as its access allows), takes its share-mode entry back, and waits
+/// in the durable table for its client's reconnect, for its timeout. A handle whose file
+/// or share is gone is forgotten. Returns how many were restored.
+pub async fn restore_persisted(
+    shared: &Arc<SharedState>,
+    backend: &Arc<dyn super::Backend>,
+) -> usize {
+    let b = backend.clone();
+    let records = tokio::task::spawn_blocking(move || b.persisted_opens())
+        .await
+        .unwrap_or_default();
+    let mut restored = 0;
+    for r in records {
+        shared.file_ids_above(r.persistent_id);
+        match restore_one(shared, backend, &r).await {
+            Ok(()) => restored += 1,
+            Err(e) => {
+                tracing::warn!(share = r.share, path = r.path, error = %e, "persistent handle not restored");
+                let b = backend.clone();
+                let id = r.persistent_id;
+                let _ = tokio::task::spawn_blocking(move || b.forget_persisted_open(id)).await;
+            }
+        }
+    }
+    if restored > 0 {
+        tracing::info!(restored, "persistent handles restored");
+    }
+    restored
+}
+
+/// Why a recorded persistent handle could not be restored.
+#[derive(Debug, thiserror::Error)]
+enum RestoreError {
+    #[error("opening the file: {0}")]
+    Open(#[from] crate::vfs::FsError),
+    #[error("its share-mode entry conflicts with another open")]
+    ShareMode,
+    #[error("the durable table refused it")]
+    Full,
+    #[error("the blocking pool failed")]
+    Join,
+}
+
+async fn restore_one(
+    shared: &Arc<SharedState>,
+    backend: &Arc<dyn super::Backend>,
+    r: &PersistedOpen,
+) -> Result<(), RestoreError> {
+    use crate::server::handlers::create::{
+        FILE_APPEND_DATA, FILE_EXECUTE, FILE_READ_DATA, FILE_WRITE_DATA,
+    };
+    let b = backend.clone();
+    let rec = r.clone();
+    let opened = tokio::task::spawn_blocking(move || {
+        let fs = b.share_fs(&rec.share)?;
+        fs.create(&crate::vfs::CreateRequest {
+            path: &rec.path,
+            disposition: crate::vfs::CreateDisposition::Open,
+            options: crate::proto::create::FILE_NON_DIRECTORY_FILE,
+            attributes: 0,
+            write: rec.access & (FILE_WRITE_DATA | FILE_APPEND_DATA) != 0,
+            read: rec.access & (FILE_READ_DATA | FILE_EXECUTE) != 0,
+            allocation_size: 0,
+            stream: None,
+            security: None,
+        })
+    })
+    .await
+    .map_err(|_| RestoreError::Join)??;
+    let share = shared.share(&r.share);
+    let inode = opened.info.file_id;
+    let id = r.persistent_id;
+    {
+        let mut modes = share.modes();
+        let mode = crate::share_mode::OpenMode {
+            access: r.access,
+            share: r.share_access,
+        };
+        modes
+            .try_open(inode, id, mode, false)
+            .map_err(|_| RestoreError::ShareMode)?;
+        modes.set_path(inode, id, &r.path);
+    }
+    let open = Open {
+        file_id: crate::proto::FileId {
+            persistent: id,
+            volatile: id,
+        },
+        tree_id: 0,
+        lease_key: None,
+        lease_wire_key: None,
+        file: Some(Arc::from(opened.file)),
+        share: Some(share),
+        pipe: None,
+        access: r.access,
+        is_dir: false,
+        inode,
+        delete_on_close: false,
+        cursor: None,
+        cursor_done: false,
+        pattern: String::new(),
+        position: Default::default(),
+        mode: 0,
+        path: r.path.clone(),
+        durable: Some(Durable {
+            v2: true,
+            create_guid: r.create_guid,
+            timeout: Duration::from_millis(u64::from(r.timeout_ms)),
+            persistent: true,
+        }),
+        lock_sequences: [super::handlers::io::LOCK_SEQUENCE_UNSET; 64],
+        replay: None,
+        create_action: crate::proto::create::FILE_OPENED,
+        channel_sequence: 0,
+    };
+    let owner = Owner {
+        user: r.user.clone(),
+        client_guid: r.client_guid,
+    };
+    match preserve(shared, open, owner) {
+        None => Ok(()),
+        Some(refused) => {
+            if let Some(s) = &refused.share {
+                let _ = s.modes().close(refused.inode, id);
+            }
+            Err(RestoreError::Full)
+        }
+    }
 }

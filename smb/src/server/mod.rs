@@ -74,6 +74,9 @@ pub struct ShareConfig {
     pub guest_ok: bool,
     /// Users allowed (case-insensitive); empty means every SMB user.
     pub users: Vec<String>,
+    /// Continuously available: SMB 3 clients may ask for persistent handles, which
+    /// outlive a restart of the server (see [`Backend::persist_open`]).
+    pub continuously_available: bool,
 }
 
 impl ShareConfig {
@@ -261,6 +264,16 @@ pub trait Backend: Send + Sync + 'static {
     fn snapshot_fs(&self, name: &str, _at: i64) -> Result<Arc<dyn ShareFs>, FsError> {
         Err(FsError::NotFound(name.to_string()))
     }
+    /// Records a persistent handle so that a restarted server can give it back; called
+    /// from the blocking pool when one is granted. The default keeps nothing (handles
+    /// then only survive lost connections).
+    fn persist_open(&self, _open: &durable::PersistedOpen) {}
+    /// Forgets the persistent handle `persistent_id` (closed, expired or replaced).
+    fn forget_persisted_open(&self, _persistent_id: u64) {}
+    /// The persistent handles recorded before a restart.
+    fn persisted_opens(&self) -> Vec<durable::PersistedOpen> {
+        Vec::new()
+    }
 }
 
 /// Server-wide settings.
@@ -361,6 +374,8 @@ pub async fn serve(
         .collect::<std::io::Result<_>>()?;
     let config = Arc::new(config);
     let shared = Arc::new(shared::SharedState::default());
+    shared.set_backend(backend.clone());
+    durable::restore_persisted(&shared, &backend).await;
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let mut accepting = tokio::task::JoinSet::new();
     for listener in listeners {

@@ -19,6 +19,8 @@ pub struct ShareState {
     oplocks: Mutex<OplockTable<BreakSink>>,
     notify: Mutex<crate::notify::NotifyHub>,
     replay: Mutex<super::replay::ReplayCache>,
+    /// The appliance's backend, for persistent handles.
+    pub backend: std::sync::OnceLock<Arc<dyn super::Backend>>,
     /// Whether `notify` holds any watch, read without the lock on the data path.
     watched: std::sync::atomic::AtomicBool,
 }
@@ -99,6 +101,7 @@ pub struct SharedState {
     sessions: super::channel::SessionDirectory,
     /// Durable opens whose connection was lost.
     durable: super::durable::DurableTable,
+    backend: std::sync::OnceLock<Arc<dyn super::Backend>>,
 }
 
 impl SharedState {
@@ -127,6 +130,27 @@ impl SharedState {
     /// The state of share `name` (case-insensitive).
     pub fn share(&self, name: &str) -> Arc<ShareState> {
         let mut m = self.shares.lock().unwrap_or_else(|p| p.into_inner());
-        m.entry(name.to_lowercase()).or_default().clone()
+        m.entry(name.to_lowercase())
+            .or_insert_with(|| {
+                let s = ShareState::default();
+                if let Some(b) = self.backend.get() {
+                    let _ = s.backend.set(b.clone());
+                }
+                Arc::new(s)
+            })
+            .clone()
+    }
+
+    /// Gives the shares the appliance's backend (persistent handles are recorded and
+    /// forgotten through it); set once when the server starts.
+    pub fn set_backend(&self, backend: Arc<dyn super::Backend>) {
+        let _ = self.backend.set(backend);
+    }
+
+    /// Makes new FileIds start above `id` (persistent handles restored after a restart
+    /// keep theirs).
+    pub fn file_ids_above(&self, id: u64) {
+        self.last_file_id
+            .fetch_max(id, std::sync::atomic::Ordering::Relaxed);
     }
 }

@@ -192,6 +192,8 @@ impl Tree {
 
 /// One tree connect.
 pub struct Tree {
+    /// The share is continuously available to this tree (persistent handles).
+    pub continuously_available: bool,
     /// Share name.
     pub share: String,
     /// Disk or IPC.

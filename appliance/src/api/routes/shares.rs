@@ -37,6 +37,10 @@ pub struct CreateShare {
     /// Allow guest access (off unless asked for).
     #[serde(default)]
     pub guest_ok: bool,
+    /// Continuously available: SMB 3 clients may hold persistent handles, which survive
+    /// a restart of the appliance's service.
+    #[serde(default)]
+    pub continuously_available: bool,
     /// Users allowed to connect; absent or empty for every SMB user.
     #[serde(default)]
     pub users: Vec<String>,
@@ -60,6 +64,8 @@ pub struct UpdateShare {
     pub encrypt: Option<bool>,
     /// New guest flag.
     pub guest_ok: Option<bool>,
+    /// New continuous-availability flag.
+    pub continuously_available: Option<bool>,
     /// New access list (empty: every SMB user).
     pub users: Option<Vec<String>>,
     /// New comment.
@@ -84,6 +90,8 @@ pub struct ShareOut {
     pub encrypt: bool,
     /// Guest access allowed.
     pub guest_ok: bool,
+    /// Continuously available (persistent handles).
+    pub continuously_available: bool,
     /// Allowed users (empty: every SMB user).
     pub users: Vec<String>,
     /// UNC path, as clients type it.
@@ -103,6 +111,7 @@ fn share_out(state: &AppState, s: Share) -> ShareOut {
         read_only: s.read_only,
         encrypt: s.encrypt,
         guest_ok: s.guest_ok,
+        continuously_available: s.continuously_available,
         users: s.users,
         created_at: rfc3339(s.created_at),
     }
@@ -127,6 +136,7 @@ pub async fn create(
         read_only: req.read_only,
         encrypt: req.encrypt,
         guest_ok: req.guest_ok,
+        continuously_available: req.continuously_available,
         users: req.users,
     };
     let share = state
@@ -191,6 +201,7 @@ pub async fn update(
         read_only: req.read_only,
         encrypt: req.encrypt,
         guest_ok: req.guest_ok,
+        continuously_available: req.continuously_available,
         users: req.users,
     };
     let share = state

@@ -13,6 +13,7 @@ use crate::proto::create::{
 use crate::proto::durable::{
     decode_reconnect, durable_response, durable_response_v2, DurableReconnectV2, DurableRequestV2,
     CTX_DURABLE_RECONNECT, CTX_DURABLE_RECONNECT_V2, CTX_DURABLE_REQUEST, CTX_DURABLE_REQUEST_V2,
+    DURABLE_FLAG_PERSISTENT,
 };
 use crate::proto::header::FLAG_REPLAY_OPERATION;
 use crate::proto::negotiate::DIALECT_210;
@@ -301,8 +302,9 @@ async fn create_open(
                 state,
             } => Some((fs.clone(), *read_only, state.clone())),
         };
-        (fs, token, t.share.clone())
+        (fs, token, (t.share.clone(), t.continuously_available))
     };
+    let (share_name, continuously_available) = share_name;
     let Some((fs, read_only, share_state)) = fs else {
         return open_pipe(conn, ctx, &req).await;
     };
@@ -317,6 +319,7 @@ async fn create_open(
         Some(c) => Some(previous::twrp_time(c.data)?),
         None => token_at,
     };
+    let persist_share = share_name.clone();
     let (fs, read_only) = match snapshot {
         Some(at) => {
             let backend = conn.backend.clone();
@@ -611,11 +614,19 @@ async fn create_open(
         inode,
         file_id.volatile,
         opened.info.is_dir,
+        continuously_available,
     );
     match durable {
         Some(d) if d.v2 => contexts.push((
             CTX_DURABLE_REQUEST_V2,
-            durable_response_v2(u32::try_from(d.timeout.as_millis()).unwrap_or(u32::MAX), 0),
+            durable_response_v2(
+                u32::try_from(d.timeout.as_millis()).unwrap_or(u32::MAX),
+                if d.persistent {
+                    DURABLE_FLAG_PERSISTENT
+                } else {
+                    0
+                },
+            ),
         )),
         Some(_) => contexts.push((CTX_DURABLE_REQUEST, durable_response())),
         None => {}
@@ -666,6 +677,25 @@ async fn create_open(
         create_action: created,
         channel_sequence: (ctx.hdr.status & 0xFFFF) as u16,
     };
+    if let Some(d) = durable.filter(|d| d.persistent) {
+        let record = crate::server::durable::PersistedOpen {
+            persistent_id: file_id.persistent,
+            create_guid: d.create_guid,
+            client_guid: conn.client_guid(),
+            user: super::session(conn, ctx)?.user.clone(),
+            share: persist_share,
+            path: file_path.clone(),
+            access,
+            share_access: req.share_access,
+            timeout_ms: u32::try_from(d.timeout.as_millis()).unwrap_or(u32::MAX),
+        };
+        let backend = conn.backend.clone();
+        blocking(move || {
+            backend.persist_open(&record);
+            Ok(())
+        })
+        .await?;
+    }
     answer_open(conn, ctx, open, &resp)
 }
 
@@ -737,6 +767,17 @@ pub async fn close_open(o: Open) -> Result<(), u32> {
         return Ok(());
     };
     let id = o.file_id.volatile;
+    if let (true, Some(backend)) = (
+        o.durable.is_some_and(|d| d.persistent),
+        share.backend.get().cloned(),
+    ) {
+        let persistent_id = o.file_id.persistent;
+        let _ = blocking(move || {
+            backend.forget_persisted_open(persistent_id);
+            Ok(())
+        })
+        .await;
+    }
     if let Some(key) = o.replay {
         share.replay().forget(key, id);
     }
@@ -846,21 +887,36 @@ fn durable_grant(
     inode: u64,
     open: u64,
     is_dir: bool,
+    continuously_available: bool,
 ) -> Option<Durable> {
     let v2 = req
         .context(CTX_DURABLE_REQUEST_V2)
         .and_then(|c| DurableRequestV2::decode(c.data).ok());
+    if let Some(q) =
+        v2.filter(|q| q.flags & DURABLE_FLAG_PERSISTENT != 0 && continuously_available && !is_dir)
+    {
+        // A persistent handle needs no caching (MS-SMB2 3.3.5.9.10): the share is
+        // continuously available.
+        return Some(Durable {
+            persistent: true,
+            v2: true,
+            create_guid: q.create_guid,
+            timeout: Durable::v2_timeout(q.timeout_ms),
+        });
+    }
     let v1 = req.context(CTX_DURABLE_REQUEST).is_some();
     if (v2.is_none() && !v1) || is_dir || !share.oplocks().holds_handle_caching(inode, open) {
         return None;
     }
     Some(match v2 {
         Some(q) => Durable {
+            persistent: false,
             v2: true,
             create_guid: q.create_guid,
             timeout: Durable::v2_timeout(q.timeout_ms),
         },
         None => Durable {
+            persistent: false,
             v2: false,
             create_guid: [0; 16],
             timeout: crate::server::durable::DEFAULT_TIMEOUT,

@@ -49,6 +49,7 @@ pub async fn tree_connect(
                 share: "IPC$".into(),
                 kind: TreeKind::Ipc,
                 encrypt: false,
+                continuously_available: false,
                 observer: None,
             },
             TreeConnectResponse {
@@ -81,6 +82,13 @@ pub async fn tree_connect(
         let n = share.name.clone();
         let fs = super::blocking(move || b.share_fs(&n)).await?;
         let mut flags = SHAREFLAG_NO_CACHING;
+        // Persistent handles are an SMB 3 feature.
+        let ca = share.continuously_available
+            && conn
+                .state
+                .negotiated
+                .as_ref()
+                .is_some_and(|n| n.dialect >= crate::proto::negotiate::DIALECT_300);
         if share.encrypt || session_encrypts {
             flags |= SHAREFLAG_ENCRYPT_DATA;
         }
@@ -93,6 +101,7 @@ pub async fn tree_connect(
                     state: conn.shared.share(&share.name),
                 },
                 encrypt: share.encrypt,
+                continuously_available: ca,
                 observer: super::session(conn, ctx)?
                     .observer
                     .as_ref()
@@ -101,7 +110,11 @@ pub async fn tree_connect(
             TreeConnectResponse {
                 share_type: SHARE_TYPE_DISK,
                 share_flags: flags,
-                capabilities: 0,
+                capabilities: if ca {
+                    crate::proto::session::SHARE_CAP_CONTINUOUS_AVAILABILITY
+                } else {
+                    0
+                },
                 maximal_access: if share.read_only {
                     ACCESS_READ
                 } else {
