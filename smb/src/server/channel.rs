@@ -55,11 +55,46 @@ pub struct SessionEntry {
     pub signing_required: bool,
     /// Channels bound now.
     pub channels: AtomicUsize,
+    /// The bound channels' connections, oldest first, by connection id: when the owner's
+    /// connection ends, the first that still serves adopts the session
+    /// ([`Inbound::Adopt`]) so that it outlives the connection that authenticated it.
+    pub channel_inboxes: Mutex<Vec<(u64, tokio::sync::mpsc::Sender<Inbound>)>>,
     /// The appliance's view of the session (told of each channel bound).
     pub observer: Option<Arc<dyn super::SessionObserver>>,
 }
 
 impl SessionEntry {
+    /// Registers a bound channel's connection as a possible heir of the session.
+    pub fn add_channel(&self, conn_id: u64, inbox: tokio::sync::mpsc::Sender<Inbound>) {
+        let mut v = self
+            .channel_inboxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        v.retain(|(id, tx)| *id != conn_id && !tx.is_closed());
+        v.push((conn_id, inbox));
+    }
+
+    /// Forgets a channel's connection (it ended or unbound).
+    pub fn remove_channel(&self, conn_id: u64) {
+        let mut v = self
+            .channel_inboxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        v.retain(|(id, _)| *id != conn_id);
+    }
+
+    /// The channels' connections still serving, oldest first.
+    pub fn live_channels(&self) -> Vec<(u64, tokio::sync::mpsc::Sender<Inbound>)> {
+        let v = self
+            .channel_inboxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        v.iter()
+            .filter(|(_, tx)| !tx.is_closed())
+            .cloned()
+            .collect()
+    }
+
     /// The signing algorithm of the session's own key.
     pub fn signing(&self) -> SigningAlgorithm {
         self.signing_key.algorithm()
@@ -161,6 +196,9 @@ pub struct Forward {
 pub enum Inbound {
     /// Serve a request that arrived on a channel.
     Forward(Forward),
+    /// Take over a session whose owner's connection ended, as its new owner: this
+    /// connection is one of its channels.
+    Adopt(Box<Adoption>),
     /// End the session: its user reconnected and named it as PreviousSessionId
     /// (MS-SMB2 3.3.5.5.3). Its opens are closed before `done` is answered.
     CloseSession {
@@ -171,6 +209,17 @@ pub enum Inbound {
         /// Answered once the session is gone.
         done: tokio::sync::oneshot::Sender<()>,
     },
+}
+
+/// A session handed to a surviving channel, with the operations that still wait on it.
+pub struct Adoption {
+    /// The session, its trees and opens.
+    pub session: super::state::Session,
+    /// The directory entry it was published under.
+    pub entry: Arc<SessionEntry>,
+    /// Its asynchronous operations; those whose connection is gone finish without an
+    /// answer ([`super::pending::PendingOp::silent`]).
+    pub pending: Vec<super::pending::PendingOp>,
 }
 
 /// A session as a connection that is (or is becoming) one of its channels sees it.
@@ -279,6 +328,7 @@ mod tests {
             decrypt_key: None,
             signing_required: true,
             channels: AtomicUsize::new(0),
+            channel_inboxes: Mutex::new(Vec::new()),
             observer: None,
         }
     }

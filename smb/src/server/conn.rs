@@ -615,7 +615,7 @@ impl Connection {
         }
         drop(elements);
         let (tx, mut rx) = tokio::sync::oneshot::channel();
-        let sent = entry
+        let mut sent = entry
             .owner
             .send(Inbound::Forward(Forward {
                 frame,
@@ -625,6 +625,25 @@ impl Connection {
                 reply: tx,
             }))
             .await;
+        if let Err(tokio::sync::mpsc::error::SendError(again)) = sent {
+            // The owner's connection ended; another channel may have adopted the session.
+            let heir = self
+                .shared
+                .sessions()
+                .find(session_id)
+                .filter(|e| e.owner_conn != entry.owner_conn && e.owner_conn != self.conn_id);
+            sent = match heir {
+                Some(heir) => {
+                    if let Some(Channel::Bound { entry, .. }) =
+                        self.state.channels.get_mut(&session_id)
+                    {
+                        *entry = heir.clone();
+                    }
+                    heir.owner.send(again).await
+                }
+                None => Err(tokio::sync::mpsc::error::SendError(again)),
+            };
+        }
         let answer = if sent.is_ok() {
             loop {
                 tokio::select! {
@@ -687,6 +706,7 @@ impl Connection {
                     .await;
                 let _ = reply.send(r);
             }
+            Inbound::Adopt(adoption) => self.adopt(*adoption).await,
             Inbound::CloseSession {
                 session_id,
                 user,
@@ -703,6 +723,125 @@ impl Connection {
                 let _ = done.send(());
             }
         }
+    }
+
+    /// Hands session `sid`, whose owner (this connection) is ending, to the first of its
+    /// channels that still serves; returns whether one took it. Its waiting operations
+    /// go along; those that came over this connection finish unanswered.
+    async fn hand_over(&mut self, sid: u64) -> bool {
+        if !self.state.sessions.get(&sid).is_some_and(|s| s.is_valid()) {
+            return false;
+        }
+        let Some(entry) = self
+            .shared
+            .sessions()
+            .find(sid)
+            .filter(|e| e.owner_conn == self.conn_id)
+        else {
+            return false;
+        };
+        let heirs = entry.live_channels();
+        if heirs.is_empty() {
+            return false;
+        }
+        let Some(session) = self.state.sessions.remove(&sid) else {
+            return false;
+        };
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| p.session_id == sid);
+        self.pending = rest;
+        let pending = mine
+            .into_iter()
+            .map(|mut p| {
+                p.silent |= p.via.is_none();
+                p
+            })
+            .collect();
+        let mut adoption = Box::new(super::channel::Adoption {
+            session,
+            entry,
+            pending,
+        });
+        for (conn_id, tx) in heirs {
+            match tx.send(Inbound::Adopt(adoption)).await {
+                Ok(()) => {
+                    tracing::info!(
+                        session = sid,
+                        heir = conn_id,
+                        "session handed to a surviving channel"
+                    );
+                    return true;
+                }
+                Err(tokio::sync::mpsc::error::SendError(Inbound::Adopt(a))) => adoption = a,
+                Err(_) => return false,
+            }
+        }
+        self.state.sessions.insert(sid, adoption.session);
+        false
+    }
+
+    /// Becomes the owner of a session whose owner's connection ended (this connection is
+    /// one of its channels): its trees, opens and waiting operations move here, its
+    /// oplocks and leases break to this connection, this channel's key signs for it, and
+    /// it is published again with this connection as owner.
+    async fn adopt(&mut self, a: super::channel::Adoption) {
+        let super::channel::Adoption {
+            mut session,
+            entry,
+            pending,
+        } = a;
+        let sid = session.id;
+        let via = match self.state.channels.remove(&sid) {
+            Some(Channel::Bound { via, .. }) => via,
+            other => {
+                // Not a channel of it (any more): nobody can reach the session.
+                tracing::info!(
+                    session = sid,
+                    "session offered to a connection no longer its channel: closed"
+                );
+                if let Some(c) = other {
+                    self.state.channels.insert(sid, c);
+                }
+                let opens: Vec<_> = session.opens.drain().map(|(_, o)| (o, None)).collect();
+                close_or_keep(self.shared.clone(), opens).await;
+                return;
+            }
+        };
+        session.signing_key = Some(via.signing_key.clone());
+        for o in session.opens.values() {
+            if let Some(share) = &o.share {
+                share
+                    .oplocks()
+                    .reattach(o.inode, o.file_id.volatile, sid, self.breaks.clone());
+            }
+        }
+        entry.remove_channel(self.conn_id);
+        let heirs = entry.live_channels();
+        self.shared
+            .sessions()
+            .publish(super::channel::SessionEntry {
+                session_id: sid,
+                owner_conn: self.conn_id,
+                owner: self.inbox.clone(),
+                user: entry.user.clone(),
+                dialect: entry.dialect,
+                cipher: entry.cipher,
+                signing_key: entry.signing_key.clone(),
+                decrypt_key: entry.decrypt_key.clone(),
+                signing_required: entry.signing_required,
+                channels: std::sync::atomic::AtomicUsize::new(heirs.len()),
+                channel_inboxes: std::sync::Mutex::new(heirs),
+                observer: entry.observer.clone(),
+            });
+        for mut op in pending {
+            if op.via.as_ref().is_some_and(|v| v.conn_id == self.conn_id) {
+                op.via = None;
+            }
+            self.pending.push(op);
+        }
+        self.state.sessions.insert(sid, session);
+        tracing::info!(session = sid, "session adopted by a surviving channel");
     }
 
     /// A client lease key as the oplock table knows it (scoped by this client's GUID).
@@ -847,6 +986,7 @@ impl Connection {
                         tree_id,
                         element,
                         via: via.clone(),
+                        silent: false,
                     });
                     (
                         Reply {
@@ -1021,8 +1161,15 @@ impl Connection {
             client_guid,
         };
         let mut opens = Vec::new();
-        for id in self.state.sessions.keys() {
-            self.shared.sessions().withdraw(*id, self.conn_id);
+        // The sessions this connection was a channel of lose it.
+        for c in self.state.channels.values() {
+            c.entry().remove_channel(self.conn_id);
+        }
+        let ids: Vec<u64> = self.state.sessions.keys().copied().collect();
+        for id in ids {
+            if !self.hand_over(id).await {
+                self.shared.sessions().withdraw(id, self.conn_id);
+            }
         }
         for s in self.state.sessions.values_mut() {
             s.trees.clear();
@@ -1063,7 +1210,7 @@ impl Connection {
                     let op = self.pending.swap_remove(i);
                     if st == status::SUCCESS && op.retries() {
                         retries.push(op);
-                    } else {
+                    } else if !op.silent {
                         let via = op.via.clone();
                         out.push((self.complete_with(op, st, body)?, via));
                     }
@@ -1093,6 +1240,10 @@ impl Connection {
             op.wait = wait;
             op.element = element;
             self.pending.push(op);
+            return Ok(None);
+        }
+        if op.silent {
+            // Its connection is gone: the work is done, nobody hears of it.
             return Ok(None);
         }
         // Only lone CREATEs run again: the request's own TreeId and encryption are what

@@ -71,6 +71,9 @@ pub struct PendingOp {
     pub element: Vec<u8>,
     /// The channel the request came over, when not this connection (its answer goes there).
     pub via: Option<Arc<super::channel::Via>>,
+    /// The connection it came over is gone (its session was adopted by a channel): it
+    /// still completes (a CREATE still opens, for a replay to find), unanswered.
+    pub silent: bool,
 }
 
 impl PendingOp {

@@ -23,12 +23,13 @@ pub const RESERVATION_TTL: Duration = Duration::from_secs(45);
 /// A client's CreateGuid: (ClientGuid, CreateGuid).
 pub type ReplayKey = ([u8; 16], [u8; 16]);
 
-/// The CREATE request holding a reservation: its connection and MessageId (a CREATE run
-/// again after waiting for breaks is the same holder).
+/// The CREATE request holding a reservation: its session and MessageId (a CREATE run
+/// again after waiting for breaks is the same holder, even when its session moved to
+/// another channel after its connection ended).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplayHolder {
-    /// The connection the CREATE came over.
-    pub conn_id: u64,
+    /// The session the CREATE came in.
+    pub session_id: u64,
     /// Its MessageId.
     pub message_id: u64,
 }
@@ -131,7 +132,7 @@ mod tests {
 
     fn holder(message_id: u64) -> ReplayHolder {
         ReplayHolder {
-            conn_id: 1,
+            session_id: 1,
             message_id,
         }
     }

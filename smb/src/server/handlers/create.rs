@@ -155,7 +155,7 @@ pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest
         return create_open(conn, ctx, req).await;
     };
     let holder = ReplayHolder {
-        conn_id: conn.conn_id,
+        session_id: ctx.session_id,
         message_id: ctx.hdr.message_id,
     };
     let found = share

@@ -295,6 +295,7 @@ pub async fn session_setup(
                     decrypt_key: s.decrypt_key.clone(),
                     signing_required: s.signing_required,
                     channels: AtomicUsize::new(0),
+                    channel_inboxes: std::sync::Mutex::new(Vec::new()),
                     observer: observer.clone(),
                 });
             }
@@ -470,6 +471,7 @@ async fn bind(
                 o.channel_added(conn.traffic.clone());
             }
             let slot = ChannelSlot::take(&entry);
+            entry.add_channel(conn.conn_id, conn.inbox.clone());
             conn.state
                 .channels
                 .insert(sid, Channel::Bound { entry, via, slot });
