@@ -89,6 +89,14 @@ impl AppBackend {
     }
 }
 
+/// A configuration-database failure as the SMB server's storage error.
+fn db_failed(context: String, e: impl std::fmt::Display) -> FsError {
+    FsError::Io {
+        context,
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
 fn to_config(s: crate::db::model::Share) -> ShareConfig {
     ShareConfig {
         name: s.name,
@@ -182,10 +190,7 @@ impl Backend for AppBackend {
             .state
             .db
             .share_snapshot_times(name)
-            .map_err(|e| FsError::Io {
-                context: format!("snapshots of share {name}"),
-                source: std::io::Error::other(e.to_string()),
-            })?;
+            .map_err(|e| db_failed(format!("snapshots of share {name}"), e))?;
         let Some((_, rel)) = snaps.into_iter().find(|(t, _)| *t == at) else {
             return Err(FsError::NotFound(format!("{name} at {at}")));
         };
@@ -206,10 +211,7 @@ impl Backend for AppBackend {
             .state
             .db
             .share(name)
-            .map_err(|e| FsError::Io {
-                context: format!("share {name}"),
-                source: std::io::Error::other(e.to_string()),
-            })?
+            .map_err(|e| db_failed(format!("share {name}"), e))?
             .ok_or_else(|| FsError::NotFound(name.to_string()))?;
         let key = share.name.to_lowercase();
         let mut cache = self.open_shares.lock().unwrap_or_else(|p| p.into_inner());

@@ -1,10 +1,12 @@
 //! Fuzzes the decoders of client-supplied file information that is not a whole request:
 //! the FILE_FULL_EA_INFORMATION chains of SET_INFO and the `ExtA` create context (which
-//! must re-encode to what they decoded), and the `file:stream:$DATA` name syntax.
+//! must re-encode to what they decoded), the `file:stream:$DATA` name syntax, and the
+//! previous-version inputs (`@GMT-` tokens in paths, the timewarp context's FILETIME).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use quarry_smb::proto::ea::{decode_full_ea_list, encode_full_ea_list};
+use quarry_smb::server::previous::{gmt_token, parse_gmt_token, strip_gmt_token, twrp_time};
 use quarry_smb::vfs::names::split_stream;
 
 fuzz_target!(|data: &[u8]| {
@@ -18,5 +20,12 @@ fuzz_target!(|data: &[u8]| {
             assert!(p.file.len() <= text.len());
             assert!(!(p.stream.is_some() && p.explicit_default));
         }
+        if let Some(t) = parse_gmt_token(text) {
+            assert_eq!(gmt_token(t), text, "a token formats back to itself");
+        }
+        if let Ok((rest, Some(_))) = strip_gmt_token(text) {
+            assert!(rest.len() < text.len());
+        }
     }
+    let _ = twrp_time(data);
 });

@@ -273,37 +273,21 @@ async fn restore_one(
             .map_err(|_| RestoreError::ShareMode)?;
         modes.set_path(inode, id, &r.path);
     }
+    let file_id = crate::proto::FileId {
+        persistent: id,
+        volatile: id,
+    };
     let open = Open {
-        file_id: crate::proto::FileId {
-            persistent: id,
-            volatile: id,
-        },
-        tree_id: 0,
-        lease_key: None,
-        lease_wire_key: None,
         file: Some(Arc::from(opened.file)),
         share: Some(share),
-        pipe: None,
-        access: r.access,
-        is_dir: false,
         inode,
-        delete_on_close: false,
-        cursor: None,
-        cursor_done: false,
-        pattern: String::new(),
-        position: Default::default(),
-        mode: 0,
-        path: r.path.clone(),
         durable: Some(Durable {
             v2: true,
             create_guid: r.create_guid,
             timeout: Duration::from_millis(u64::from(r.timeout_ms)),
             persistent: true,
         }),
-        lock_sequences: [super::handlers::io::LOCK_SEQUENCE_UNSET; 64],
-        replay: None,
-        create_action: crate::proto::create::FILE_OPENED,
-        channel_sequence: 0,
+        ..Open::new(file_id, 0, r.path.clone(), r.access)
     };
     let owner = Owner {
         user: r.user.clone(),

@@ -78,6 +78,16 @@ impl ReplayCache {
                 Lookup::Reserved
             }
             None => {
+                if self.entries.len() >= MAX_REPLAY_ENTRIES {
+                    // Reservations of CREATEs that were cancelled or lost their
+                    // connection are dropped before new guids go uncached.
+                    self.entries.retain(|_, e| match e {
+                        Entry::Reserved { since, .. } => {
+                            now.duration_since(*since) < RESERVATION_TTL
+                        }
+                        Entry::Open { .. } => true,
+                    });
+                }
                 if self.entries.len() < MAX_REPLAY_ENTRIES {
                     self.entries
                         .insert(key, Entry::Reserved { holder, since: now });

@@ -255,3 +255,35 @@ pub struct Open {
     /// The newest ChannelSequence a request on it carried (SMB 3.x).
     pub channel_sequence: u16,
 }
+
+impl Open {
+    /// An open of `path` with `access` and nothing else yet (no storage handle, share,
+    /// caching, durability or enumeration): callers fill in what they have with struct
+    /// update syntax.
+    pub fn new(file_id: FileId, tree_id: u32, path: String, access: u32) -> Open {
+        Open {
+            file_id,
+            tree_id,
+            lease_key: None,
+            lease_wire_key: None,
+            file: None,
+            share: None,
+            pipe: None,
+            access,
+            is_dir: false,
+            inode: 0,
+            delete_on_close: false,
+            cursor: None,
+            cursor_done: false,
+            pattern: String::new(),
+            position: Default::default(),
+            mode: 0,
+            path,
+            durable: None,
+            lock_sequences: [super::handlers::io::LOCK_SEQUENCE_UNSET; 64],
+            replay: None,
+            create_action: crate::proto::create::FILE_OPENED,
+            channel_sequence: 0,
+        }
+    }
+}

@@ -654,28 +654,18 @@ async fn create_open(
         );
     }
     let open = Open {
-        file_id,
-        tree_id: ctx.tree_id,
         lease_key,
         lease_wire_key: lease.map(|l| l.key),
         file: Some(std::sync::Arc::from(opened.file)),
         share: Some(share_state.clone()),
-        pipe: None,
-        access,
         is_dir: opened.info.is_dir,
         inode,
         delete_on_close,
-        cursor: None,
-        cursor_done: false,
-        pattern: String::new(),
-        position: Default::default(),
         mode: options & 0x0000_0002,
-        path: file_path.clone(),
         durable,
-        lock_sequences: [super::io::LOCK_SEQUENCE_UNSET; 64],
-        replay: None,
         create_action: created,
         channel_sequence: (ctx.hdr.status & 0xFFFF) as u16,
+        ..Open::new(file_id, ctx.tree_id, file_path.clone(), access)
     };
     if let Some(d) = durable.filter(|d| d.persistent) {
         let record = crate::server::durable::PersistedOpen {
@@ -734,28 +724,8 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
         contexts: Vec::new(),
     };
     let open = Open {
-        file_id,
-        tree_id: ctx.tree_id,
-        lease_key: None,
-        lease_wire_key: None,
-        file: None,
-        share: None,
         pipe: Some(pipe),
-        access: req.desired_access,
-        is_dir: false,
-        inode: 0,
-        delete_on_close: false,
-        cursor: None,
-        cursor_done: false,
-        pattern: String::new(),
-        position: Default::default(),
-        mode: 0,
-        path: req.name.clone(),
-        durable: None,
-        lock_sequences: [super::io::LOCK_SEQUENCE_UNSET; 64],
-        replay: None,
-        create_action: FILE_OPENED,
-        channel_sequence: 0,
+        ..Open::new(file_id, ctx.tree_id, req.name.clone(), req.desired_access)
     };
     answer_open(conn, ctx, open, &resp)
 }
