@@ -143,8 +143,15 @@ pub async fn run_connection(
     let result = serve_frames(&mut conn, rx, breaks_rx, out_tx, &shutdown).await;
     conn.gone.cancel();
     reader.abort();
+    // Sessions with surviving channels move to one of them before this connection stops
+    // taking requests from its channels, so that a channel whose request is lost here
+    // finds the adoption waiting in its own inbox.
+    conn.hand_over_sessions().await;
     // Channels of this connection stop pointing at their sessions' owners, and requests
     // still queued from other channels are answered (their sessions end with this one).
+    for c in conn.state.channels.values() {
+        c.entry().remove_channel(conn.conn_id);
+    }
     conn.state.channels.clear();
     conn.inbox_rx.close();
     // The writer ends only when every sender is gone, this connection's own included.
@@ -614,14 +621,15 @@ impl Connection {
             headers.push(hdr);
         }
         drop(elements);
-        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        let frame = Arc::new(frame);
+        let (tx, rx) = tokio::sync::oneshot::channel();
         let mut sent = entry
             .owner
             .send(Inbound::Forward(Forward {
-                frame,
+                frame: frame.clone(),
                 encrypted_by,
                 checks: checks.clone(),
-                via,
+                via: via.clone(),
                 reply: tx,
             }))
             .await;
@@ -644,19 +652,54 @@ impl Connection {
                 None => Err(tokio::sync::mpsc::error::SendError(again)),
             };
         }
-        let answer = if sent.is_ok() {
-            loop {
-                tokio::select! {
-                    r = &mut rx => break r.ok(),
-                    Some(msg) = self.inbox_rx.recv() => self.inbound(msg).await,
-                }
-            }
+        let mut answer = if sent.is_ok() {
+            self.owner_answer(rx).await
         } else {
             None
         };
+        if answer.is_none() {
+            // An owner that ends hands its sessions over before it stops: an adoption
+            // may already wait in this connection's inbox.
+            while let Ok(msg) = self.inbox_rx.try_recv() {
+                self.inbound(msg).await;
+            }
+            // Or another channel adopted the session: ask it once.
+            let heir = self
+                .shared
+                .sessions()
+                .find(session_id)
+                .filter(|e| e.owner_conn != entry.owner_conn && e.owner_conn != self.conn_id);
+            if let (false, Some(heir)) = (self.state.sessions.contains_key(&session_id), heir) {
+                if let Some(Channel::Bound { entry, .. }) = self.state.channels.get_mut(&session_id)
+                {
+                    *entry = heir.clone();
+                }
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let again = Forward {
+                    frame: frame.clone(),
+                    encrypted_by,
+                    checks: checks.clone(),
+                    via: via.clone(),
+                    reply: tx,
+                };
+                if heir.owner.send(Inbound::Forward(again)).await.is_ok() {
+                    answer = self.owner_answer(rx).await;
+                }
+            }
+        }
         match answer {
             Some(r) => r,
+            None if self.state.sessions.contains_key(&session_id) => {
+                // The old owner ended holding this request, and this connection adopted
+                // the session meanwhile: serve it here, as the channel it came over.
+                self.process_plain(frame, 0, encrypted_by, Some((&checks, via)))
+                    .await
+            }
             None => {
+                tracing::debug!(
+                    session_id,
+                    "channel answers USER_SESSION_DELETED: its owner is gone"
+                );
                 // The owner's connection is gone, and the session with it: each element
                 // (CANCELs get none) is answered USER_SESSION_DELETED, unsigned, with the
                 // credits this channel granted.
@@ -702,7 +745,7 @@ impl Connection {
                 reply,
             }) => {
                 let r = self
-                    .process_plain(Arc::new(frame), 0, encrypted_by, Some((&checks, via)))
+                    .process_plain(frame, 0, encrypted_by, Some((&checks, via)))
                     .await;
                 let _ = reply.send(r);
             }
@@ -722,6 +765,34 @@ impl Connection {
                 }
                 let _ = done.send(());
             }
+        }
+    }
+
+    /// Waits for the owner's answer to a forwarded request, serving what other channels
+    /// hand to this connection meanwhile (two connections may each be a channel of the
+    /// other's session). `None` when the owner dropped the request (its connection ended).
+    async fn owner_answer(
+        &mut self,
+        mut rx: tokio::sync::oneshot::Receiver<Result<Processed, ConnError>>,
+    ) -> Option<Result<Processed, ConnError>> {
+        loop {
+            tokio::select! {
+                r = &mut rx => break r.ok(),
+                Some(msg) = self.inbox_rx.recv() => self.inbound(msg).await,
+            }
+        }
+    }
+
+    /// Hands every session of this (ending) connection that still has channels to one of
+    /// them ([`Self::hand_over`]); the rest end in [`Self::cleanup`].
+    pub async fn hand_over_sessions(&mut self) {
+        // This connection is no heir of the sessions it was a channel of.
+        for c in self.state.channels.values() {
+            c.entry().remove_channel(self.conn_id);
+        }
+        let ids: Vec<u64> = self.state.sessions.keys().copied().collect();
+        for id in ids {
+            self.hand_over(id).await;
         }
     }
 
@@ -1161,15 +1232,8 @@ impl Connection {
             client_guid,
         };
         let mut opens = Vec::new();
-        // The sessions this connection was a channel of lose it.
-        for c in self.state.channels.values() {
-            c.entry().remove_channel(self.conn_id);
-        }
-        let ids: Vec<u64> = self.state.sessions.keys().copied().collect();
-        for id in ids {
-            if !self.hand_over(id).await {
-                self.shared.sessions().withdraw(id, self.conn_id);
-            }
+        for id in self.state.sessions.keys() {
+            self.shared.sessions().withdraw(*id, self.conn_id);
         }
         for s in self.state.sessions.values_mut() {
             s.trees.clear();
@@ -1414,13 +1478,18 @@ impl Connection {
                 // requests on a channel get no exemption (smbtorture session.bind*).
                 match sig {
                     Signature::Valid => signed = true,
-                    Signature::Bad => return (Reply::error(status::ACCESS_DENIED), false),
+                    Signature::Bad => {
+                        tracing::debug!(session_id, "bad signature on a channel");
+                        return (Reply::error(status::ACCESS_DENIED), false);
+                    }
                     Signature::Absent if session.signing_required => {
-                        return (Reply::error(status::ACCESS_DENIED), false)
+                        tracing::debug!(session_id, "unsigned request on a channel");
+                        return (Reply::error(status::ACCESS_DENIED), false);
                     }
                     Signature::Absent => {}
                 }
                 if session.encrypt_data && needs_session {
+                    tracing::debug!(session_id, "unencrypted request on a channel");
                     return (Reply::error(status::ACCESS_DENIED), false);
                 }
             } else if session.is_valid() && !encrypted {
@@ -1435,6 +1504,7 @@ impl Connection {
                     }
                     signed = true;
                 } else if session.signing_required && cmd != Some(Command::SessionSetup) {
+                    tracing::debug!(session_id, "unsigned request");
                     return (Reply::error(status::ACCESS_DENIED), false);
                 }
                 if session.encrypt_data && needs_session {
