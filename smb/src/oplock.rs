@@ -56,8 +56,10 @@ pub enum NoticeKind {
     },
     /// Lease break notification.
     Lease {
-        /// The lease.
+        /// The lease (scoped key).
         key: [u8; 16],
+        /// The lease key as its client knows it.
+        wire_key: [u8; 16],
         /// New epoch (v2).
         epoch: u16,
         /// Whether the client must acknowledge (it held write or handle caching).
@@ -78,8 +80,10 @@ pub enum Want {
     Oplock(u8),
     /// A lease.
     Lease {
-        /// Lease key.
+        /// Lease key (scoped by the client, see [`scoped_lease_key`]).
         key: [u8; 16],
+        /// The key as the client sent it (break notifications name it).
+        wire_key: [u8; 16],
         /// Requested state.
         state: u32,
         /// 1 or 2.
@@ -128,6 +132,8 @@ pub type AckError = u32;
 struct Caching<S> {
     /// Lease key; `None` for an oplock (then `opens` has exactly one holder).
     key: Option<[u8; 16]>,
+    /// The lease key as the client sent it (zeros for an oplock).
+    wire_key: [u8; 16],
     opens: Vec<Holder>,
     state: u32,
     /// The state the break in progress asked the client for.
@@ -328,6 +334,7 @@ impl<S: Clone> OplockTable<S> {
             },
             Some(key) => NoticeKind::Lease {
                 key,
+                wire_key: e.wire_key,
                 epoch: if e.version >= 2 { e.epoch } else { 0 },
                 ack_required,
                 current,
@@ -534,6 +541,7 @@ impl<S: Clone> OplockTable<S> {
                 if state != 0 {
                     list.push(Caching {
                         key: None,
+                        wire_key: [0; 16],
                         opens: vec![holder],
                         state,
                         breaking_to: None,
@@ -553,6 +561,7 @@ impl<S: Clone> OplockTable<S> {
             }
             Want::Lease {
                 key,
+                wire_key,
                 state: requested,
                 version,
                 epoch,
@@ -593,6 +602,7 @@ impl<S: Clone> OplockTable<S> {
                     {
                         list.push(Caching {
                             key: Some(key),
+                            wire_key,
                             opens: vec![holder],
                             state,
                             breaking_to: None,
@@ -778,6 +788,7 @@ mod tests {
     fn lease(key: u8, state: u32) -> Want {
         Want::Lease {
             key: [key; 16],
+            wire_key: [key; 16],
             state,
             version: 2,
             epoch: 0,

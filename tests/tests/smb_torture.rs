@@ -201,6 +201,7 @@ const PASSING: &[&str] = &[
     "smb2.lease.v1_bug15148",
     "smb2.lease.v2_bug15148",
     "smb2.lease.v2_breaking3",
+    "smb2.lease.v2_complex1",
     "smb2.lease.v2_complex2",
     "smb2.lease.v2_epoch1",
     "smb2.lease.v2_epoch2",

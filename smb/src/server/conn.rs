@@ -160,6 +160,8 @@ pub async fn run_connection(
     // still running. Responses already queued (a LOGOFF's, say) go out first.
     let flushed = tokio::time::timeout(FLUSH_TIMEOUT, writer).await;
     conn.cleanup().await;
+    conn.shared
+        .unregister_client(conn.client_guid(), conn.conn_id);
     traffic
         .open
         .store(false, std::sync::atomic::Ordering::Relaxed);
@@ -477,7 +479,7 @@ pub struct Connection {
     /// Last AsyncId handed out.
     pub next_async_id: u64,
     /// Where breaks of oplocks and leases granted on this connection are delivered.
-    pub breaks: super::shared::BreakSink,
+    pub breaks: super::shared::BreakSender,
     /// This connection's server-wide id.
     pub conn_id: u64,
     /// Where other channels of this connection's sessions hand over their requests.
@@ -882,9 +884,12 @@ impl Connection {
         session.signing_key = Some(via.signing_key.clone());
         for o in session.opens.values() {
             if let Some(share) = &o.share {
-                share
-                    .oplocks()
-                    .reattach(o.inode, o.file_id.volatile, sid, self.breaks.clone());
+                share.oplocks().reattach(
+                    o.inode,
+                    o.file_id.volatile,
+                    sid,
+                    super::shared::BreakSink::to(self.breaks.clone()),
+                );
             }
         }
         entry.remove_channel(self.conn_id);
@@ -1317,18 +1322,39 @@ impl Connection {
             .map(|m| Some((m, via)))
     }
 
-    /// The notification of an oplock or lease break granted on this connection: not
-    /// signed (MessageId -1), sealed when the holder's session encrypts. `None` when the
-    /// session is gone.
+    /// The notification of an oplock or lease break: not signed (MessageId -1), sealed
+    /// when the session encrypts. An oplock break goes out on the connection of its open's
+    /// session; a lease break on the client's oldest connection (leases belong to the
+    /// client, as on Windows), sealed for a session of that connection. `None` when no
+    /// session is left to send it for.
     pub fn break_message(
         &mut self,
         notice: crate::oplock::BreakNotice,
     ) -> Result<Option<Vec<u8>>, ConnError> {
         use crate::oplock::NoticeKind;
         use crate::proto::oplock::{encode_lease_break_notification, encode_oplock_break};
-        let Some(session) = self.state.sessions.get(&notice.session_id) else {
-            tracing::debug!(session_id = notice.session_id, "break for a session gone");
-            return Ok(None);
+        let lease = matches!(notice.kind, NoticeKind::Lease { .. });
+        let own = self
+            .state
+            .sessions
+            .get(&notice.session_id)
+            .filter(|s| s.is_valid() || !lease);
+        let (session_id, session) = match own {
+            Some(s) => (notice.session_id, s),
+            None if lease => match self.state.sessions.iter().find(|(_, s)| s.is_valid()) {
+                Some((id, s)) => (*id, s),
+                None => {
+                    tracing::debug!(
+                        session_id = notice.session_id,
+                        "lease break with no session here"
+                    );
+                    return Ok(None);
+                }
+            },
+            None => {
+                tracing::debug!(session_id = notice.session_id, "break for a session gone");
+                return Ok(None);
+            }
         };
         let seal = session.encrypt_key.is_some()
             && (session.encrypt_data || session.trees.values().any(|t| t.encrypt));
@@ -1345,27 +1371,20 @@ impl Connection {
                 encode_oplock_break(&mut body, level, file_id);
             }
             NoticeKind::Lease {
-                key,
+                wire_key,
                 epoch,
                 ack_required,
                 current,
                 new,
-            } => {
-                // The table names the lease by its scoped key; the client knows its own.
-                let Some(wire) = session
-                    .opens
-                    .values()
-                    .find(|o| o.lease_key == Some(key))
-                    .and_then(|o| o.lease_wire_key)
-                else {
-                    tracing::debug!(
-                        session_id = notice.session_id,
-                        "break for a lease no open holds"
-                    );
-                    return Ok(None);
-                };
-                encode_lease_break_notification(&mut body, &wire, epoch, ack_required, current, new)
-            }
+                ..
+            } => encode_lease_break_notification(
+                &mut body,
+                &wire_key,
+                epoch,
+                ack_required,
+                current,
+                new,
+            ),
         }
         let mut msg = Vec::with_capacity(HEADER_LEN + body.len());
         rh.encode(&mut msg);
@@ -1373,11 +1392,11 @@ impl Connection {
         self.finish(
             vec![OutMsg {
                 msg,
-                session_id: notice.session_id,
+                session_id,
                 sign: false,
                 key: None,
             }],
-            seal.then_some(notice.session_id),
+            seal.then_some(session_id),
         )
         .map(Some)
     }

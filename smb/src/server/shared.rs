@@ -9,7 +9,44 @@ use crate::oplock::{BreakNotice, OplockTable};
 use crate::share_mode::{LockManager, ShareModeTable};
 
 /// Where a connection receives the breaks of the oplocks and leases granted to it.
-pub type BreakSink = tokio::sync::mpsc::UnboundedSender<BreakNotice>;
+pub type BreakSender = tokio::sync::mpsc::UnboundedSender<BreakNotice>;
+
+/// One client's connections, oldest first: (connection id, break queue).
+type ClientConnections = Vec<(u64, BreakSender)>;
+
+/// Where a grant's break notices go: a connection's break queue, and for a lease (sent on
+/// the client's oldest connection) the granting connection's queue in case that one ends.
+#[derive(Debug, Clone)]
+pub struct BreakSink {
+    to: BreakSender,
+    or_else: Option<BreakSender>,
+}
+
+impl BreakSink {
+    /// Notices go to `to` only.
+    pub fn to(to: BreakSender) -> Self {
+        BreakSink { to, or_else: None }
+    }
+
+    /// Notices go to `to`, or to `or_else` once `to`'s connection has ended.
+    pub fn with_fallback(to: BreakSender, or_else: BreakSender) -> Self {
+        BreakSink {
+            to,
+            or_else: Some(or_else),
+        }
+    }
+
+    /// Queues `notice`; `false` when no connection is left to take it.
+    pub fn send(&self, notice: BreakNotice) -> bool {
+        match self.to.send(notice) {
+            Ok(()) => true,
+            Err(tokio::sync::mpsc::error::SendError(notice)) => self
+                .or_else
+                .as_ref()
+                .is_some_and(|f| f.send(notice).is_ok()),
+        }
+    }
+}
 
 /// Open/lock state of one share.
 #[derive(Default)]
@@ -30,7 +67,9 @@ pub struct ShareState {
 pub fn deliver(notices: Vec<(BreakSink, BreakNotice)>) {
     for (sink, notice) in notices {
         tracing::trace!(session_id = notice.session_id, kind = ?notice.kind, "break notice");
-        let _ = sink.send(notice);
+        if !sink.send(notice) {
+            tracing::debug!("break notice for a connection that ended");
+        }
     }
 }
 
@@ -102,6 +141,9 @@ pub struct SharedState {
     /// Durable opens whose connection was lost.
     durable: super::durable::DurableTable,
     backend: std::sync::OnceLock<Arc<dyn super::Backend>>,
+    /// Each client's connections (ClientGuid → connection id and break sink), oldest
+    /// first: lease breaks are the client's, sent on its oldest connection.
+    clients: Mutex<HashMap<[u8; 16], ClientConnections>>,
 }
 
 impl SharedState {
@@ -141,6 +183,43 @@ impl SharedState {
             .clone()
     }
 
+    /// Records connection `conn_id` of client `client_guid` (at NEGOTIATE).
+    pub fn register_client(&self, client_guid: [u8; 16], conn_id: u64, sink: BreakSender) {
+        if client_guid == [0; 16] {
+            return;
+        }
+        let mut m = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        let conns = m.entry(client_guid).or_default();
+        conns.retain(|(id, s)| *id != conn_id && !s.is_closed());
+        conns.push((conn_id, sink));
+    }
+
+    /// Forgets connection `conn_id` of client `client_guid` (it ended).
+    pub fn unregister_client(&self, client_guid: [u8; 16], conn_id: u64) {
+        let mut m = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(conns) = m.get_mut(&client_guid) {
+            conns.retain(|(id, s)| *id != conn_id && !s.is_closed());
+            if conns.is_empty() {
+                m.remove(&client_guid);
+            }
+        }
+    }
+
+    /// Where a lease of client `client_guid` is broken: its oldest connection still
+    /// serving, then `granting` (the connection that took the lease) if that one ends.
+    pub fn lease_sink(&self, client_guid: [u8; 16], granting: &BreakSender) -> BreakSink {
+        let m = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        match m
+            .get(&client_guid)
+            .and_then(|c| c.iter().find(|(_, s)| !s.is_closed()))
+        {
+            Some((_, oldest)) if !oldest.same_channel(granting) => {
+                BreakSink::with_fallback(oldest.clone(), granting.clone())
+            }
+            _ => BreakSink::to(granting.clone()),
+        }
+    }
+
     /// Gives the shares the appliance's backend (persistent handles are recorded and
     /// forgotten through it); set once when the server starts.
     pub fn set_backend(&self, backend: Arc<dyn super::Backend>) {
@@ -152,5 +231,43 @@ impl SharedState {
     pub fn file_ids_above(&self, id: u64) {
         self.last_file_id
             .fetch_max(id, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oplock::NoticeKind;
+
+    fn notice() -> BreakNotice {
+        BreakNotice {
+            session_id: 1,
+            kind: NoticeKind::Oplock {
+                file_id: crate::proto::FileId {
+                    persistent: 1,
+                    volatile: 1,
+                },
+                level: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn lease_breaks_go_to_the_oldest_connection_then_to_the_granting_one() {
+        let shared = SharedState::default();
+        let (old_tx, old_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (new_tx, mut new_rx) = tokio::sync::mpsc::unbounded_channel();
+        let guid = [7; 16];
+        shared.register_client(guid, 1, old_tx);
+        shared.register_client(guid, 2, new_tx.clone());
+        let sink = shared.lease_sink(guid, &new_tx);
+        assert!(sink.send(notice()));
+        assert!(new_rx.try_recv().is_err(), "the oldest connection gets it");
+        drop(old_rx);
+        assert!(sink.send(notice()), "the granting connection takes over");
+        assert!(new_rx.try_recv().is_ok());
+        shared.unregister_client(guid, 1);
+        shared.unregister_client(guid, 2);
+        assert!(shared.clients.lock().map(|m| m.is_empty()).unwrap_or(false));
     }
 }

@@ -123,6 +123,7 @@ fn wanted_caching(conn: &Connection, req: &CreateRequest<'_>) -> Want {
     if let Some(l) = lease_request(conn, req) {
         return Want::Lease {
             key: conn.lease_scope(&l.key),
+            wire_key: l.key,
             state: l.state,
             version: l.version,
             epoch: l.epoch,
@@ -563,6 +564,11 @@ async fn create_open(
         modes.set_path(inode, file_id.volatile, &file_path);
         modes.open_count(inode)
     };
+    // A lease is the client's: its breaks go to the client's oldest connection.
+    let sink = match want {
+        Want::Lease { .. } => conn.shared.lease_sink(conn.client_guid(), &conn.breaks),
+        _ => crate::server::shared::BreakSink::to(conn.breaks.clone()),
+    };
     let granted = {
         let mut oplocks = share_state.oplocks();
         let same_lease = lease_key.map_or(0, |k| oplocks.opens_of_lease(inode, &k));
@@ -586,7 +592,7 @@ async fn create_open(
             },
             others,
             opened.info.is_dir,
-            conn.breaks.clone(),
+            sink,
         )
     };
     let mut contexts: Vec<(&'static [u8], Vec<u8>)> = Vec::new();
@@ -987,7 +993,7 @@ async fn reconnect(
         open.inode,
         open.file_id.volatile,
         ctx.session_id,
-        conn.breaks.clone(),
+        crate::server::shared::BreakSink::to(conn.breaks.clone()),
     );
     let info = match open.file.clone() {
         Some(f) => blocking(move || f.info()).await,

@@ -138,6 +138,11 @@ pub fn negotiate(conn: &mut Connection, ctx: &mut Ctx<'_>, req: NegotiateRequest
         signing,
         via_smb1: false,
     });
+    if dialect >= DIALECT_210 {
+        // Lease breaks go to the client's oldest connection.
+        conn.shared
+            .register_client(req.client_guid, conn.conn_id, conn.breaks.clone());
+    }
     let mut body = Vec::with_capacity(256);
     resp.encode(&mut body);
     Ok(Reply {
