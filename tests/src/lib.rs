@@ -448,3 +448,4 @@ impl Api {
     }
 }
 pub mod nvme_initiator;
+pub mod smb_workloads;

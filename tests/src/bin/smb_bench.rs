@@ -1,21 +1,27 @@
 //! SMB benchmark (issue 8): Quarry against a private Samba `smbd` on the same machine and
-//! file system, driven by the same client (Samba's `smbclient`, one process per stream),
-//! A/B alternating, with signing and with encryption. Prints one table: each workload's
-//! figure for Quarry and for Samba, the ratio, and each server's CPU seconds per GiB moved
-//! (Quarry's process; smbd's parent, reaped and live children). Raw smbclient output and
-//! the table go to `--out`. Run on demand, never part of the test suite's pass/fail:
+//! file system, driven by the same client, A/B alternating (the order of the two servers
+//! swaps every run), once with signing and once with encryption. Prints one table: each
+//! workload's figure for Quarry and for Samba, the ratio, each server's CPU per GiB (or per
+//! thousand files) from /proc (Quarry's process; smbd's parent plus its reaped and live
+//! children), and how busy the server and the client were, so a client-bound figure shows
+//! as one. Raw output and the table go to `--out`. Run on demand, never part of the test
+//! suite's pass/fail:
 //!
 //! ```sh
 //! cargo build --release -p quarry -p quarry-tests
-//! QUARRY_BIN=target/release/quarry target/release/smb_bench [--size-mib 256] [--streams 4] [--files 2000] [--runs 2] [--out DIR]
+//! QUARRY_BIN=target/release/quarry target/release/smb_bench [--runs 2] [--out DIR] [shape flags, --help]
 //! ```
 //!
-//! Workloads, scaled from the issue's MLPerf Storage shapes to a 2-core machine:
-//! checkpoint write (each stream puts its own file), checkpoint read (each stream gets its
-//! file back), fan-out (twice as many streams read the same file), small files (one
-//! `mput` of many 16-128 KiB files into a directory, then one `mget` back).
-//! smbclient keeps a few requests in flight per stream and costs about as much CPU as a
-//! server: on 2 cores the client is often the limit, so CPU per GiB is the deciding figure.
+//! The client is the `smb` crate (`quarry_tests::smb_workloads`), every rank or reader its
+//! own connection. Workloads, scaled from MLPerf Storage v2 to a 2-core machine with the
+//! shapes kept: checkpoint save (8 ranks x 512 MiB of model and optimizer state in 1-8 MiB
+//! writes, FLUSH; figure over the slowest rank) and restore after dropping the page cache;
+//! a 3D-UNet training epoch (200 files of 16 MiB ±50% read whole in one shuffled order by 4
+//! readers); inference fan-out (8 clients read the same weights file); small files (20,000
+//! files of 16-128 KiB in 100 directories: create+write, list, read); one directory of
+//! 100,000 entries listed. `smbclient` (one stream put and get) is the cross-check. The
+//! machine's ceilings are measured in the same run: loopback TCP and fio O_DIRECT on the
+//! share's file system.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -23,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use quarry_tests::procstat::{cpu_seconds, tree_cpu_seconds};
+use quarry_tests::smb_workloads::{self as wl, Outcome, Target};
 use quarry_tests::{free_port, QuarryProcess};
 use serde_json::json;
 
@@ -30,43 +37,91 @@ const USER: &str = "quarrybench";
 const PASS: &str = "bench-Secret-42";
 const SHARE: &str = "bench";
 
+/// The bench's shape; defaults are the issue's MLPerf shapes scaled to this machine.
 struct Args {
-    size_mib: u64,
-    streams: usize,
-    files: usize,
+    ranks: usize,
+    rank_mib: u64,
+    train_files: usize,
+    train_mib: u64,
+    readers: usize,
+    fanout: usize,
+    small_files: usize,
+    small_dirs: usize,
+    workers: usize,
+    list_entries: u64,
+    xcheck_mib: u64,
     runs: usize,
+    modes: Vec<&'static str>,
     out: PathBuf,
 }
 
+const HELP: &str = "smb_bench [--ranks 8] [--rank-mib 512] [--train-files 200] [--train-mib 16] \
+[--readers 4] [--fanout 8] [--small-files 20000] [--small-dirs 100] [--workers 8] \
+[--list-entries 100000] [--xcheck-mib 512] [--runs 2] [--only sign|encrypt] [--out DIR]";
+
 fn args() -> anyhow::Result<Args> {
     let mut a = Args {
-        size_mib: 256,
-        streams: 4,
-        files: 2000,
+        ranks: 8,
+        rank_mib: 512,
+        train_files: 200,
+        train_mib: 16,
+        readers: 4,
+        fanout: 8,
+        small_files: 20_000,
+        small_dirs: 100,
+        workers: 8,
+        list_entries: 100_000,
+        xcheck_mib: 512,
         runs: 2,
+        modes: vec!["sign", "encrypt"],
         out: PathBuf::from("target/bench/smb"),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
-            "--size-mib" => a.size_mib = value()?.parse()?,
-            "--streams" => a.streams = value()?.parse()?,
-            "--files" => a.files = value()?.parse()?,
+            "--ranks" => a.ranks = value()?.parse()?,
+            "--rank-mib" => a.rank_mib = value()?.parse()?,
+            "--train-files" => a.train_files = value()?.parse()?,
+            "--train-mib" => a.train_mib = value()?.parse()?,
+            "--readers" => a.readers = value()?.parse()?,
+            "--fanout" => a.fanout = value()?.parse()?,
+            "--small-files" => a.small_files = value()?.parse()?,
+            "--small-dirs" => a.small_dirs = value()?.parse()?,
+            "--workers" => a.workers = value()?.parse()?,
+            "--list-entries" => a.list_entries = value()?.parse()?,
+            "--xcheck-mib" => a.xcheck_mib = value()?.parse()?,
             "--runs" => a.runs = value()?.parse()?,
+            "--only" => {
+                a.modes = match value()?.as_str() {
+                    "sign" => vec!["sign"],
+                    "encrypt" => vec!["encrypt"],
+                    other => bail!("--only sign|encrypt, not {other}"),
+                }
+            }
             "--out" => a.out = PathBuf::from(value()?),
             "-h" | "--help" => {
-                println!(
-                    "smb_bench [--size-mib N] [--streams N] [--files N] [--runs N] [--out DIR]"
-                );
+                println!("{HELP}");
                 std::process::exit(0);
             }
-            other => bail!("unknown argument {other}"),
+            other => bail!("unknown argument {other}\n{HELP}"),
         }
     }
     ensure!(
-        a.size_mib >= 16 && a.streams >= 1 && a.files >= 10 && a.runs >= 1,
-        "--size-mib >= 16, --streams >= 1, --files >= 10, --runs >= 1"
+        a.ranks >= 1
+            && a.rank_mib >= 2
+            && a.train_files >= 1
+            && a.train_mib >= 1
+            && a.readers >= 1
+            && a.fanout >= 1
+            && a.small_files >= a.small_dirs
+            && a.small_dirs >= 1
+            && a.small_dirs <= 1000
+            && a.workers >= 1
+            && a.xcheck_mib >= 1
+            && a.runs >= 1,
+        "every count must be at least 1, --rank-mib at least 2, --small-dirs at most 1000 and \
+         at most --small-files"
     );
     Ok(a)
 }
@@ -118,8 +173,13 @@ fn start_smbd(dir: &Path, port: u16) -> anyhow::Result<(Smbd, PathBuf)> {
     }
     let conf = dir.join("smb.conf");
     let p = |d: &str| dir.join(d).display().to_string();
-    // Settings a tuned deployment would use: asynchronous I/O for every size, no NetBIOS,
-    // signing required like Quarry's default, encryption when the client asks.
+    // Settings a tuned deployment would use: no NetBIOS, TCP_NODELAY, signing required like
+    // Quarry's default, encryption when the client asks. Asynchronous I/O is off: smbd then
+    // answers READ/WRITE without an interim STATUS_PENDING response, and the `smb` crate 0.12
+    // drops the credits a server grants in interim responses (it counts only the final
+    // response's grant, which is 0), so with Samba's default `aio read/write size = 1` every
+    // 8 MiB request leaks 128 credits and a rank stalls forever after a few hundred MiB.
+    // One smbd process per connection still runs the ranks in parallel.
     std::fs::write(
         &conf,
         format!(
@@ -128,7 +188,7 @@ fn start_smbd(dir: &Path, port: u16) -> anyhow::Result<(Smbd, PathBuf)> {
              pid directory = {}\n  log file = {}/log.%m\n  log level = 0\n  disable netbios = yes\n  \
              load printers = no\n  printing = bsd\n  printcap name = /dev/null\n  \
              server signing = mandatory\n  server min protocol = SMB2_02\n  server smb encrypt = if_required\n  \
-             aio read size = 1\n  aio write size = 1\n  socket options = TCP_NODELAY\n\
+             aio read size = 0\n  aio write size = 0\n  socket options = TCP_NODELAY\n\
              [{SHARE}]\n  path = {}\n  read only = no\n  force user = root\n",
             p("private"), p("lock"), p("state"), p("cache"), p("pid"), p("log"), share.display()
         ),
@@ -205,65 +265,6 @@ fn parallel(port: u16, mode: &str, commands: &[String], log: &Path) -> anyhow::R
     Ok(slowest)
 }
 
-/// One measured figure.
-struct Figure {
-    value: f64,
-    cpu_per_gib: f64,
-}
-
-/// Measures `run` on `server`: (figure from bytes or files and seconds, server CPU/GiB).
-fn measure(
-    server: &Server,
-    bytes: u64,
-    units: f64,
-    run: impl FnOnce() -> anyhow::Result<f64>,
-) -> anyhow::Result<Figure> {
-    let cpu0 = (server.cpu)();
-    let secs = run()?;
-    // Let smbd reap its per-connection children so their time lands in cutime.
-    std::thread::sleep(Duration::from_millis(300));
-    let cpu = (server.cpu)() - cpu0;
-    Ok(Figure {
-        value: units / secs,
-        cpu_per_gib: cpu / (bytes as f64 / f64::from(1u32 << 30)),
-    })
-}
-
-fn make_sources(dir: &Path, a: &Args) -> anyhow::Result<(Vec<PathBuf>, PathBuf, u64)> {
-    std::fs::create_dir_all(dir)?;
-    let mut big = Vec::new();
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut fill = |buf: &mut [u8]| {
-        for chunk in buf.chunks_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let b = x.to_le_bytes();
-            chunk.copy_from_slice(&b[..chunk.len()]);
-        }
-    };
-    let mut block = vec![0u8; 1 << 20];
-    for i in 0..a.streams {
-        let path = dir.join(format!("rank{i}.bin"));
-        let mut f = std::fs::File::create(&path)?;
-        for _ in 0..a.size_mib {
-            fill(&mut block);
-            std::io::Write::write_all(&mut f, &block)?;
-        }
-        big.push(path);
-    }
-    let small = dir.join("small");
-    std::fs::create_dir_all(&small)?;
-    let mut small_bytes = 0u64;
-    for i in 0..a.files {
-        let len = 16 * 1024 + (i * 7919 % (112 * 1024));
-        fill(&mut block[..len]);
-        std::fs::write(small.join(format!("f{i:06}.dat")), &block[..len])?;
-        small_bytes += len as u64;
-    }
-    Ok((big, small, small_bytes))
-}
-
 /// Loopback TCP ceiling: one sender, one receiver, 1 MiB writes, `bytes` in all; MB/s.
 fn loopback_tcp_mbps(bytes: u64) -> anyhow::Result<f64> {
     use std::io::{Read, Write};
@@ -330,33 +331,291 @@ fn fio_ceiling(dir: &Path, size_mib: u64, out: &Path) -> anyhow::Result<(f64, f6
     Ok((figures[0], figures[1]))
 }
 
-fn clear_share(dir: &Path) -> anyhow::Result<()> {
-    for e in std::fs::read_dir(dir)? {
-        let p = e?.path();
+/// The server's own data the bench writes into (cleared before every run).
+const WRITTEN: [&str; 3] = ["ckpt", "small", "xcheck.bin"];
+
+/// Removes what earlier runs wrote into the share (the prepared data sets stay).
+fn clear_written(share_dir: &Path) -> anyhow::Result<()> {
+    for name in WRITTEN {
+        let p = share_dir.join(name);
         if p.is_dir() {
-            std::fs::remove_dir_all(&p)?;
-        } else {
-            std::fs::remove_file(&p)?;
+            std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
+        } else if p.exists() {
+            std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
         }
     }
     Ok(())
 }
 
+/// Writes the read-only data sets straight into the share's directory (not measured): the
+/// training files and the directory of `list_entries` empty files.
+fn prepare_datasets(
+    share_dir: &Path,
+    train: &[(String, u64)],
+    list_entries: u64,
+) -> anyhow::Result<()> {
+    let mut rng = wl::Rng::new(0xda7a);
+    let mut block = vec![0u8; 1 << 20];
+    for chunk in block.chunks_mut(8) {
+        chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..chunk.len()]);
+    }
+    std::fs::create_dir_all(share_dir.join("train"))?;
+    for (name, len) in train {
+        let path = share_dir.join(name.replace('\\', "/"));
+        let mut f = std::fs::File::create(&path)?;
+        let mut left = *len;
+        while left > 0 {
+            let n = left.min(block.len() as u64) as usize;
+            std::io::Write::write_all(&mut f, &block[..n])?;
+            left -= n as u64;
+        }
+    }
+    let big = share_dir.join("bigdir");
+    std::fs::create_dir_all(&big)?;
+    for i in 0..list_entries {
+        std::fs::File::create(big.join(format!("entry-{i:07}.json")))?;
+    }
+    Ok(())
+}
+
+/// Writes dirty pages back and drops the page cache (root only); false if that was refused.
+fn drop_caches() -> bool {
+    let synced = Command::new("sync").status().is_ok_and(|s| s.success());
+    synced && std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
+}
+
+/// Reads files locally so that they are in the page cache for both servers alike.
+fn warm(paths: impl IntoIterator<Item = PathBuf>) -> anyhow::Result<()> {
+    let mut buf = vec![0u8; 8 << 20];
+    for p in paths {
+        let mut f = std::fs::File::open(&p).with_context(|| format!("warming {}", p.display()))?;
+        while std::io::Read::read(&mut f, &mut buf)? > 0 {}
+    }
+    Ok(())
+}
+
+/// How a figure is counted and what its CPU cost is expressed per.
+#[derive(Clone, Copy, PartialEq)]
+enum Unit {
+    /// MB/s; CPU in seconds per GiB.
+    Bytes,
+    /// Files or entries per second; CPU in milliseconds per thousand.
+    Files,
+    /// Entries per second; CPU in milliseconds per thousand.
+    Entries,
+}
+
+impl Unit {
+    fn figure(self) -> &'static str {
+        match self {
+            Unit::Bytes => "MB/s",
+            Unit::Files => "files/s",
+            Unit::Entries => "entries/s",
+        }
+    }
+
+    fn cpu(self) -> &'static str {
+        match self {
+            Unit::Bytes => "s/GiB",
+            Unit::Files | Unit::Entries => "ms/1k",
+        }
+    }
+}
+
+/// One measured workload on one server.
+#[derive(Clone, Copy)]
+struct Figure {
+    /// MB/s, files/s or entries/s.
+    value: f64,
+    /// Server CPU per GiB (bytes) or per thousand units.
+    server_cpu: f64,
+    /// The bench client's CPU, same unit.
+    client_cpu: f64,
+    /// Cores the server kept busy on average.
+    server_cores: f64,
+    /// Cores the client kept busy on average.
+    client_cores: f64,
+}
+
+/// CPU seconds this process (the client) has used.
+fn own_cpu_seconds() -> f64 {
+    cpu_seconds(std::process::id()).unwrap_or(0.0)
+}
+
+/// Measures `run` against `server`, with the server's and the client's CPU.
+fn measure(
+    server: &Server,
+    workload: usize,
+    run: impl FnOnce() -> anyhow::Result<Outcome>,
+) -> anyhow::Result<Figure> {
+    let (name, unit) = WORKLOADS[workload];
+    eprint!("  {} {name}:", server.name);
+    let (s0, c0) = ((server.cpu)(), own_cpu_seconds());
+    let o = run()?;
+    eprintln!("    {:.1} s", o.secs);
+    // Let smbd reap its per-connection children so their time lands in cutime.
+    std::thread::sleep(Duration::from_millis(300));
+    let (s, c) = ((server.cpu)() - s0, own_cpu_seconds() - c0);
+    let per = match unit {
+        Unit::Bytes => o.bytes as f64 / f64::from(1u32 << 30),
+        Unit::Files | Unit::Entries => o.units as f64 / 1000.0,
+    };
+    let scale = if unit == Unit::Bytes { 1.0 } else { 1000.0 };
+    let value = match unit {
+        Unit::Bytes => o.bytes as f64 / 1e6 / o.secs,
+        Unit::Files | Unit::Entries => o.units as f64 / o.secs,
+    };
+    Ok(Figure {
+        value,
+        server_cpu: s / per * scale,
+        client_cpu: c / per * scale,
+        server_cores: s / o.secs,
+        client_cores: c / o.secs,
+    })
+}
+
+/// The workloads in table order: name and unit.
+const WORKLOADS: [(&str, Unit); 9] = [
+    ("checkpoint write", Unit::Bytes),
+    ("checkpoint read (cold)", Unit::Bytes),
+    ("training read", Unit::Bytes),
+    ("fan-out read", Unit::Bytes),
+    ("small files write", Unit::Files),
+    ("small files list", Unit::Entries),
+    ("small files read", Unit::Files),
+    ("list one large directory", Unit::Entries),
+    ("smbclient 1 stream put+get", Unit::Bytes),
+];
+
+/// Runs every workload once against `server`; figures in [`WORKLOADS`] order.
+fn run_all(
+    a: &Args,
+    rt: &tokio::runtime::Runtime,
+    server: &Server,
+    mode: &str,
+    train: &[(String, u64)],
+    xcheck_src: &Path,
+    log: &Path,
+) -> anyhow::Result<Vec<Figure>> {
+    let t = Target {
+        port: server.port,
+        share: SHARE.into(),
+        user: USER.into(),
+        password: PASS.into(),
+        encrypt: mode == "encrypt",
+    };
+    clear_written(&server.share_dir)?;
+    let mut figs = Vec::new();
+    figs.push(measure(server, 0, || {
+        rt.block_on(wl::checkpoint_write(&t, a.ranks, a.rank_mib))
+    })?);
+    if !drop_caches() {
+        eprintln!("warning: could not drop the page cache (not root?): checkpoint read is warm");
+    }
+    figs.push(measure(server, 1, || {
+        rt.block_on(wl::checkpoint_read(&t, a.ranks, a.rank_mib))
+    })?);
+    warm(
+        train
+            .iter()
+            .map(|(n, _)| server.share_dir.join(n.replace('\\', "/"))),
+    )?;
+    figs.push(measure(server, 2, || {
+        rt.block_on(wl::training_read(&t, train, a.readers))
+    })?);
+    let [_, (weights, weights_len)] = wl::checkpoint_files(0, a.rank_mib);
+    warm([server.share_dir.join(weights.replace('\\', "/"))])?;
+    figs.push(measure(server, 3, || {
+        rt.block_on(wl::fanout_read(&t, &weights, weights_len, a.fanout))
+    })?);
+    let (files, dirs, workers) = (a.small_files, a.small_dirs, a.workers);
+    figs.push(measure(server, 4, || {
+        rt.block_on(wl::small_write(&t, files, dirs, workers))
+    })?);
+    figs.push(measure(server, 5, || {
+        rt.block_on(wl::small_list(&t, files, dirs, workers))
+    })?);
+    figs.push(measure(server, 6, || {
+        rt.block_on(wl::small_read(&t, files, dirs, workers))
+    })?);
+    figs.push(measure(server, 7, || {
+        rt.block_on(wl::list_large(&t, "bigdir", a.list_entries))
+    })?);
+    figs.push(measure(server, 8, || {
+        let start = Instant::now();
+        let cmd = format!(
+            "put {} xcheck.bin; get xcheck.bin /dev/null",
+            xcheck_src.display()
+        );
+        parallel(server.port, mode, &[cmd], log)?;
+        let bytes = a.xcheck_mib * (2 << 20);
+        Ok(Outcome {
+            bytes,
+            units: bytes,
+            secs: start.elapsed().as_secs_f64(),
+        })
+    })?);
+    Ok(figs)
+}
+
+/// What the issue asks of each workload, for the summary under the table.
+fn target_of(workload: &str, mode: &str) -> &'static str {
+    match (workload, mode) {
+        ("checkpoint write" | "checkpoint read (cold)" | "training read", "sign") => {
+            "target: >= 2x Samba's throughput at <= 1/3 of its CPU/GiB"
+        }
+        ("checkpoint write" | "checkpoint read (cold)" | "training read", _) => {
+            "target: >= 3x Samba's throughput at <= 1/3 of its CPU/GiB"
+        }
+        ("small files write" | "small files list" | "small files read", _) => {
+            "target: >= 2x Samba's files/s"
+        }
+        ("list one large directory", _) => "target: >= 2x Samba's entries/s",
+        ("fan-out read", _) => "target: >= 80% of the loopback TCP ceiling",
+        _ => "cross-check, no target",
+    }
+}
+
 fn main() -> anyhow::Result<()> {
+    if let Ok(filter) = std::env::var("BENCH_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let a = args()?;
     std::fs::create_dir_all(&a.out)?;
     let out = a.out.canonicalize()?;
     let work = tempfile::tempdir()?;
     println!(
-        "SMB bench: quarry {} vs Samba smbd, {} streams x {} MiB, {} small files, best of {} A/B runs, raw output in {}",
+        "SMB bench: quarry {} vs Samba smbd; client: the smb crate; {} ranks x {} MiB, {} training files of {} MiB ±50% ({} readers), fan-out {}, {} small files in {} dirs ({} workers), a {}-entry directory; best of {} A/B runs; raw output in {}",
         quarry_tests::quarry_bin()?.display(),
-        a.streams,
-        a.size_mib,
-        a.files,
+        a.ranks,
+        a.rank_mib,
+        a.train_files,
+        a.train_mib,
+        a.readers,
+        a.fanout,
+        a.small_files,
+        a.small_dirs,
+        a.workers,
+        a.list_entries,
         a.runs,
         out.display()
     );
-    let (sources, small_dir, small_bytes) = make_sources(&work.path().join("src"), &a)?;
+    let train = wl::training_set(a.train_files, a.train_mib);
+    let xcheck_src = work.path().join("xcheck.bin");
+    {
+        let mut rng = wl::Rng::new(0x0c0c);
+        let mut f = std::fs::File::create(&xcheck_src)?;
+        let mut block = vec![0u8; 1 << 20];
+        for _ in 0..a.xcheck_mib {
+            for chunk in block.chunks_mut(8) {
+                chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..chunk.len()]);
+            }
+            std::io::Write::write_all(&mut f, &block)?;
+        }
+    }
 
     let q = QuarryProcess::start()?;
     let api = q.admin()?;
@@ -380,115 +639,133 @@ fn main() -> anyhow::Result<()> {
         share_dir: smbd_share,
         cpu: Box::new(move || tree_cpu_seconds(spid).unwrap_or(0.0)),
     };
+    for s in [&quarry, &samba] {
+        prepare_datasets(&s.share_dir, &train, a.list_entries)
+            .with_context(|| format!("preparing {}'s data sets", s.name))?;
+    }
 
     let tcp = loopback_tcp_mbps(4 << 30)?;
-    let (fio_w, fio_r) = fio_ceiling(&quarry.share_dir, a.size_mib * a.streams as u64, &out)?;
+    let (fio_w, fio_r) = fio_ceiling(&quarry.share_dir, 1024, &out)?;
     let ceilings = format!(
         "Ceilings measured in this run: loopback TCP {tcp:.0} MB/s (one stream); the share's file system with fio O_DIRECT 1 MiB: write {fio_w:.0} MB/s, read {fio_r:.0} MB/s\n"
     );
     print!("{ceilings}");
-    let big_bytes = a.size_mib * (1 << 20) * a.streams as u64;
-    let mut rows: Vec<String> = Vec::new();
-    for mode in ["sign", "encrypt"] {
-        // (workload, unit, best figure per server)
-        let mut best: Vec<(&str, &str, [Option<Figure>; 2])> = vec![
-            ("checkpoint write", "MB/s", [None, None]),
-            ("checkpoint read", "MB/s", [None, None]),
-            ("fan-out read", "MB/s", [None, None]),
-            ("small files write", "files/s", [None, None]),
-            ("small files read", "files/s", [None, None]),
-        ];
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()?;
+
+    let mut rows = Vec::new();
+    let mut summary = Vec::new();
+    for &mode in &a.modes {
+        let mut best: Vec<[Option<Figure>; 2]> = vec![[None, None]; WORKLOADS.len()];
         for run in 0..a.runs {
-            for (si, server) in [&quarry, &samba].into_iter().enumerate() {
+            let order = if run % 2 == 0 { [0, 1] } else { [1, 0] };
+            for si in order {
+                let server = [&quarry, &samba][si];
                 let log = out.join(format!("{}-{mode}-run{run}.log", server.name));
-                clear_share(&server.share_dir)?;
-                let puts: Vec<String> = sources
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| format!("put {} rank{i}.bin", s.display()))
-                    .collect();
-                let figs = [
-                    measure(server, big_bytes, big_bytes as f64 / 1e6, || {
-                        parallel(server.port, mode, &puts, &log)
-                    })?,
-                    {
-                        let gets: Vec<String> = (0..a.streams)
-                            .map(|i| format!("get rank{i}.bin /dev/null"))
-                            .collect();
-                        measure(server, big_bytes, big_bytes as f64 / 1e6, || {
-                            parallel(server.port, mode, &gets, &log)
-                        })?
-                    },
-                    {
-                        let fan: Vec<String> = (0..a.streams * 2)
-                            .map(|_| "get rank0.bin /dev/null".to_string())
-                            .collect();
-                        let bytes = a.size_mib * (1 << 20) * (a.streams as u64 * 2);
-                        measure(server, bytes, bytes as f64 / 1e6, || {
-                            parallel(server.port, mode, &fan, &log)
-                        })?
-                    },
-                    {
-                        let cmd = format!(
-                            "prompt off; lcd {}; mkdir small; cd small; mput *",
-                            small_dir.display()
-                        );
-                        measure(server, small_bytes, a.files as f64, || {
-                            parallel(server.port, mode, &[cmd], &log)
-                        })?
-                    },
-                    {
-                        let back = work.path().join(format!("back-{}", server.name));
-                        let _ = std::fs::remove_dir_all(&back);
-                        std::fs::create_dir_all(&back)?;
-                        let cmd = format!("prompt off; lcd {}; cd small; mget *", back.display());
-                        let f = measure(server, small_bytes, a.files as f64, || {
-                            parallel(server.port, mode, &[cmd], &log)
-                        })?;
-                        let n = std::fs::read_dir(&back)?.count();
-                        ensure!(
-                            n == a.files,
-                            "{}: mget brought back {n} of {} files",
+                let figs = run_all(&a, &rt, server, mode, &train, &xcheck_src, &log).with_context(
+                    || {
+                        let tail = if si == 0 { q.log_text() } else { String::new() };
+                        let tail: Vec<&str> = tail.lines().rev().take(20).collect();
+                        format!(
+                            "{} with {mode}, run {run}{}",
                             server.name,
-                            a.files
-                        );
-                        f
+                            tail.into_iter()
+                                .rev()
+                                .fold(String::new(), |acc, l| acc + "\n  | " + l)
+                        )
                     },
-                ];
+                )?;
+                let mut raw = String::new();
+                for ((name, unit), f) in WORKLOADS.iter().zip(&figs) {
+                    raw.push_str(&format!(
+                        "{name}: {:.1} {} server {:.3} client {:.3} {} cores {:.2}/{:.2}\n",
+                        f.value,
+                        unit.figure(),
+                        f.server_cpu,
+                        f.client_cpu,
+                        unit.cpu(),
+                        f.server_cores,
+                        f.client_cores
+                    ));
+                }
+                println!("{} {mode} run {run}:\n{raw}", server.name);
+                std::fs::write(
+                    out.join(format!("{}-{mode}-run{run}.txt", server.name)),
+                    &raw,
+                )?;
                 for (slot, fig) in best.iter_mut().zip(figs) {
-                    let keep = slot.2[si].as_ref().is_none_or(|b| fig.value > b.value);
-                    if keep {
-                        slot.2[si] = Some(fig);
+                    if slot[si].is_none_or(|b| fig.value > b.value) {
+                        slot[si] = Some(fig);
                     }
                 }
             }
         }
-        for (name, unit, [qf, sf]) in best {
+        for ((name, unit), [qf, sf]) in WORKLOADS.iter().zip(best) {
             let (qf, sf) = (
                 qf.context("no quarry figure")?,
                 sf.context("no samba figure")?,
             );
+            let ratio = qf.value / sf.value;
+            let cpu_ratio = if sf.server_cpu > 0.0 {
+                qf.server_cpu / sf.server_cpu
+            } else {
+                0.0
+            };
+            let bound = |f: &Figure| {
+                if f.client_cores >= f.server_cores {
+                    "client-bound"
+                } else {
+                    "server-bound"
+                }
+            };
             rows.push(format!(
-                "| {name} | {mode} | {:.0} {unit} | {:.0} {unit} | {:.2}x | {:.2} | {:.2} | {:.2} |",
+                "| {name} | {mode} | {:.0} {fu} | {:.0} {fu} | {ratio:.2}x | {:.2} | {:.2} | {cpu_ratio:.2} | {:.2}/{:.2} {} | {:.2}/{:.2} {} |",
                 qf.value,
                 sf.value,
-                qf.value / sf.value,
-                qf.cpu_per_gib,
-                sf.cpu_per_gib,
-                if qf.cpu_per_gib > 0.0 { sf.cpu_per_gib / qf.cpu_per_gib } else { 0.0 },
+                qf.server_cpu,
+                sf.server_cpu,
+                qf.server_cores,
+                qf.client_cores,
+                bound(&qf),
+                sf.server_cores,
+                sf.client_cores,
+                bound(&sf),
+                fu = unit.figure(),
+            ));
+            let reached = if *name == "fan-out read" {
+                format!("{:.0}% of loopback TCP", qf.value / tcp * 100.0)
+            } else {
+                format!("{ratio:.2}x Samba's figure, {cpu_ratio:.2}x its server CPU")
+            };
+            summary.push(format!(
+                "- {name}, {mode}: {reached} ({})",
+                target_of(name, mode)
             ));
         }
     }
     let mut table = String::from(
-        "| workload | protection | Quarry | Samba | Quarry/Samba | Quarry CPU s/GiB | Samba CPU s/GiB | Samba/Quarry CPU |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "| workload | protection | Quarry | Samba | Quarry/Samba | Quarry server CPU | Samba server CPU | Quarry/Samba CPU | Quarry run: cores server/client | Samba run: cores server/client |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n",
     );
     for r in rows {
         table.push_str(&r);
         table.push('\n');
     }
-    println!("{table}");
-    std::fs::write(out.join("table.md"), format!("{ceilings}\n{table}"))?;
+    let notes = format!(
+        "CPU is in s/GiB for MB/s rows and in ms per thousand files or entries otherwise. \
+         'client-bound': the client used at least as many cores as the server; on this \
+         machine the client shares the {threads} cores with the server, so CPU per unit is \
+         the deciding figure there.\n\n{}\n",
+        summary.join("\n")
+    );
+    println!("{table}\n{notes}");
+    std::fs::write(
+        out.join("table.md"),
+        format!("{ceilings}\n{table}\n{notes}"),
+    )?;
     drop(smbd);
     q.stop()?;
     Ok(())
