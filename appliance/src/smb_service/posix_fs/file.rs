@@ -20,6 +20,7 @@ use quarry_smb::vfs::{
 
 use super::attrs;
 use super::descriptor;
+use super::direct::DirectWrites;
 use super::dir::PosixDirCursor;
 use super::resolve;
 use super::sys;
@@ -46,6 +47,8 @@ pub struct PosixFile {
     write_time: Mutex<WriteTimeState>,
     /// Allocation this open reports at least (CREATE AllocationSize, SET_INFO Allocation).
     allocation_hint: AtomicU64,
+    /// Large writes' `O_DIRECT` descriptor (posix_fs::direct).
+    direct: DirectWrites,
 }
 
 /// Allocation unit that allocation sizes are rounded up to.
@@ -113,6 +116,7 @@ impl PosixFile {
             shared,
             write_time: Mutex::new(WriteTimeState::default()),
             allocation_hint: AtomicU64::new(0),
+            direct: DirectWrites::default(),
         })
     }
 
@@ -321,8 +325,8 @@ impl FsFile for PosixFile {
             let _g = self.shared.size.read().unwrap_or_else(|p| p.into_inner());
             let st = self.stat()?;
             if end <= st.size {
-                self.file
-                    .write_all_at(data, offset)
+                self.direct
+                    .write_all_at(&self.file, data, offset)
                     .map_err(io_err("write"))?;
                 (true, st.mtime)
             } else {
@@ -341,7 +345,7 @@ impl FsFile for PosixFile {
                     .try_charge(grow)
                     .map_err(|e| FsError::DiskFull(e.to_string()))?;
             }
-            if let Err(e) = self.file.write_all_at(data, offset) {
+            if let Err(e) = self.direct.write_all_at(&self.file, data, offset) {
                 if grow > 0 {
                     // Bytes past the old end belong to this failed write only: drop them.
                     if let Err(cut) = self.file.set_len(old) {

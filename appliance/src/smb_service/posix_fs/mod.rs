@@ -18,6 +18,7 @@
 
 pub mod attrs;
 pub mod descriptor;
+pub mod direct;
 pub mod dir;
 pub mod ea;
 pub mod file;
