@@ -20,8 +20,8 @@ use quarry_smb::vfs::{
 
 use super::attrs;
 use super::descriptor;
-use super::direct::DirectWrites;
 use super::dir::PosixDirCursor;
+use super::direct::DirectWrites;
 use super::resolve;
 use super::sys;
 use super::write_time::{Fix, WriteTimeState};

@@ -18,8 +18,8 @@
 
 pub mod attrs;
 pub mod descriptor;
-pub mod direct;
 pub mod dir;
+pub mod direct;
 pub mod ea;
 pub mod file;
 pub mod resolve;
