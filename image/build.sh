@@ -57,7 +57,8 @@ build_quarry() {
         return
     fi
     command -v cargo >/dev/null || die "cargo not found (or set QUARRY_BIN)"
-    (cd "$REPO" && cargo build --release -p quarry --bin quarry)
+    # With the NVMe/RDMA transport (libibverbs + librdmacm, in the rootfs's packages).
+    (cd "$REPO" && cargo build --release -p quarry --bin quarry --features rdma)
     QUARRY_BIN=$TARGET/release/quarry
 }
 step "cargo build quarry" build_quarry

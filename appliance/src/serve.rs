@@ -183,6 +183,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(addr) = args.nvme_discovery_listen {
         tracing::info!(url = %format!("nvme+tcp://{addr}"), "NVMe/TCP discovery listening");
     }
+    match quarry_nvmeof::rdma::availability() {
+        Ok(devices) => {
+            tracing::info!(devices = %devices.join(","), "RDMA listeners available (add them with POST /api/v1/nvme/listeners)")
+        }
+        Err(why) => tracing::info!("RDMA listeners unavailable: {why}"),
+    }
     if let Some(addr) = args.https_listen.0 {
         let cert = tls.info();
         tracing::info!(url = %format!("https://{addr}/"), sha256 = %cert.sha256_fingerprint, "web UI and REST API listening over HTTPS");

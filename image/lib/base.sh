@@ -21,6 +21,7 @@ PACKAGES=(
     linux-image-amd64 initramfs-tools zstd
     systemd-boot systemd-boot-efi
     e2fsprogs btrfs-progs nvme-cli iproute2 openssl
+    libibverbs1 librdmacm1 ibverbs-providers
     firmware-linux-free
 )
 

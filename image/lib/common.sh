@@ -7,7 +7,8 @@ set -euo pipefail
 # Host packages the build and the boot test need (Debian names). CI starts from
 # a fresh machine, so the scripts install what is missing themselves.
 QUARRY_HOST_PACKAGES=(debootstrap erofs-utils dosfstools mtools fdisk ovmf
-    qemu-system-x86 qemu-utils zstd e2fsprogs curl jq)
+    qemu-system-x86 qemu-utils zstd e2fsprogs curl jq
+    libibverbs-dev librdmacm-dev libclang-dev pkg-config)
 
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }

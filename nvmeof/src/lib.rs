@@ -5,11 +5,14 @@
 //! - [`spec`]: transport-independent NVMe structures (SQE/CQE, Identify, log pages).
 //! - [`target`]: controllers, queues and commands as sans-I/O state machines.
 //! - [`transport`]: the tokio TCP listener driving one [`target::Queue`] per connection.
+//! - [`rdma`]: the NVMe/RDMA transport (RDMA-CM private data codec always; the verbs
+//!   glue with the `rdma` feature) driving the same [`target::Queue`] per queue pair.
 //!
 //! Invariant: nothing below the transport knows about sockets, files or clocks.
 
 #![deny(missing_docs)]
 
+pub mod rdma;
 pub mod spec;
 pub mod target;
 pub mod tcp;

@@ -56,6 +56,7 @@ pub struct GuestRun {
     params: Vec<(String, String)>,
     timeout_secs: u64,
     log: Option<PathBuf>,
+    extra_cpio: Vec<PathBuf>,
 }
 
 /// What a finished run reported.
@@ -125,7 +126,15 @@ impl GuestRun {
             params: Vec::new(),
             timeout_secs: DEFAULT_TIMEOUT_SECS,
             log: None,
+            extra_cpio: Vec::new(),
         }
+    }
+
+    /// Appends a cpio member to the guest's initrd (`run.sh --extra-cpio`), e.g. the
+    /// `quarry` binary packed by `tests/guest/quarry_overlay.sh`.
+    pub fn extra_cpio(mut self, path: &Path) -> Self {
+        self.extra_cpio.push(path.to_path_buf());
+        self
     }
 
     /// Adds a parameter for the check scripts (`SMB_PORT`, `NVME_NQN`, ...).
@@ -156,6 +165,9 @@ impl GuestRun {
             .arg(self.timeout_secs.to_string());
         if let Some(log) = &self.log {
             cmd.arg("--log").arg(log);
+        }
+        for c in &self.extra_cpio {
+            cmd.arg("--extra-cpio").arg(c);
         }
         for (k, v) in &self.params {
             if !valid_param_name(k) {

@@ -20,6 +20,8 @@
 #   --smp N            guest vCPUs (default 2)
 #   --hostfwd SPEC     extra qemu user-net hostfwd, e.g. tcp:127.0.0.1:5555-:4420
 #   --append ARGS      extra kernel command line (e.g. "loglevel=7" to debug)
+#   --extra-cpio F     append this newc cpio member to the initrd (repeatable),
+#                      e.g. quarry_overlay.sh's binary + libraries
 #   --quiet            do not stream the console to stderr
 #
 # Output (stdout): every GUEST-CHECK/GUEST-SET/GUEST-BOOT line, then one line
@@ -47,6 +49,7 @@ mem="$RUN_DEFAULT_MEM_MIB"
 smp="$RUN_DEFAULT_SMP"
 hostfwd=""
 append=""
+extra_cpio=()
 quiet=0
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
@@ -69,6 +72,9 @@ while [ $# -gt 0 ]; do
     --smp) smp="${2:?}"; shift 2 ;;
     --hostfwd) hostfwd="${2:?}"; shift 2 ;;
     --append) append="${2:?}"; shift 2 ;;
+    --extra-cpio)
+        [ -f "${2:?}" ] || guest_die "no such cpio: $2"
+        extra_cpio+=("$2"); shift 2 ;;
     --quiet) quiet=1; shift ;;
     -h | --help) usage ;;
     *) guest_log "unknown argument: $1"; usage ;;
@@ -112,7 +118,7 @@ cp "$GUEST_DIR"/checks/*.sh "$tmp/root/checks/"
 } >"$tmp/root/checks/params.env"
 # Appended as a second, uncompressed newc member (like the base image).
 (cd "$tmp/root" && find . -print0 | cpio --null -o -H newc --quiet --owner=0:0) >"$tmp/checks.cpio"
-cat "$image/initrd.img" "$tmp/checks.cpio" >"$tmp/initrd"
+cat "$image/initrd.img" "${extra_cpio[@]+"${extra_cpio[@]}"}" "$tmp/checks.cpio" >"$tmp/initrd"
 
 netdev="user,id=n0"
 [ -n "$hostfwd" ] && netdev="$netdev,hostfwd=$hostfwd"

@@ -30,8 +30,8 @@ t_suite=$SECONDS
 
 # One release build of quarry for the image and both good bundles; the NVMe/TCP
 # check is a small host-side binary of quarry-tests.
-log "cargo build --release -p quarry"
-cargo build --release -p quarry --bin quarry
+log "cargo build --release -p quarry --features rdma"
+cargo build --release -p quarry --bin quarry --features rdma
 cargo build -p quarry-tests --bin quarry-nvme-check
 QUARRY_BIN=$TARGET/release/quarry
 NVME_CHECK=$TARGET/debug/quarry-nvme-check

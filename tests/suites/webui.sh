@@ -22,7 +22,9 @@ if [ ! -d tests/webui/node_modules/playwright-core ]; then
     (cd tests/webui && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-cargo build -q -p quarry
+# dev/test's feature set (the RDMA transport), so its build is reused, not redone.
+# shellcheck disable=SC2086
+cargo build -q -p quarry ${QUARRY_CARGO_FEATURES:-}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 BIN=${QUARRY_BIN:-$TARGET/debug/quarry}
 ARTIFACTS=${WEBUI_ARTIFACTS:-$TARGET/webui-artifacts}

@@ -108,7 +108,24 @@ async fn discovery_port_advertised_address_and_api_listeners() -> anyhow::Result
     ] {
         let (s, b) = api.post("/api/v1/nvme/listeners", &body)?;
         ensure!(s == want, "{body}: {s} {b}");
+        if body["transport"] == "rdma" {
+            // This host has no RDMA device (or the build has no RDMA): the answer
+            // says why, as the one startup line does.
+            ensure!(
+                b.to_string().contains("RDMA listeners unavailable: "),
+                "{b}"
+            );
+        }
     }
+    let log = p.log_text();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("RDMA listeners unavailable: "))
+        .collect();
+    ensure!(
+        lines.len() == 1,
+        "want one startup line about RDMA: {lines:?}\n{log}"
+    );
     let (s, list) = api.get("/api/v1/nvme/listeners")?;
     ensure!(
         s == 200 && list.as_array().map(Vec::len) == Some(3),

@@ -158,27 +158,43 @@ async fn bind_stored_listeners(state: &AppState) {
     };
     for l in stored {
         let addr = std::net::SocketAddr::new(l.address, l.port);
-        let subject = format!("tcp://{addr}");
-        let bound = tokio::net::TcpListener::bind(addr)
-            .await
-            .and_then(|listener| {
-                state.nvme_ports.add(
-                    listener,
+        let subject = format!("{}://{addr}", l.transport);
+        let bound = if l.transport == "rdma" {
+            match tokio::task::spawn_blocking(move || quarry_nvmeof::rdma::RdmaListener::bind(addr))
+                .await
+            {
+                Ok(Ok(listener)) => state.nvme_ports.add_bound(
+                    ports::BoundListener::Rdma(listener),
                     Some(l.id),
                     ports::PortRole::Api,
                     l.advertise.clone(),
-                )
-            });
+                ),
+                Ok(Err(e)) => Err(std::io::Error::other(e)),
+                Err(e) => Err(std::io::Error::other(e)),
+            }
+        } else {
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .and_then(|listener| {
+                    state.nvme_ports.add(
+                        listener,
+                        Some(l.id),
+                        ports::PortRole::Api,
+                        l.advertise.clone(),
+                    )
+                })
+        };
+        let transport = if l.transport == "rdma" { "RDMA" } else { "TCP" };
         let db = state.db.clone();
         let event = match bound {
             Ok(_) => {
-                tracing::info!(url = %format!("nvme+tcp://{addr}"), "NVMe/TCP listening (added through the API)");
+                tracing::info!(url = %format!("nvme+{}://{addr}", l.transport), "NVMe/{transport} listening (added through the API)");
                 db.call(move |db| db.resolve_condition("nvme.listener", &subject).map(|_| ()))
                     .await
             }
             Err(e) => {
-                tracing::error!(listener = %addr, error = %e, "cannot bind a stored NVMe/TCP listener");
-                let message = format!("cannot bind NVMe/TCP listener {addr}: {e}");
+                tracing::error!(listener = %addr, error = %e, "cannot bind a stored NVMe/{transport} listener");
+                let message = format!("cannot bind NVMe/{transport} listener {addr}: {e}");
                 db.call(move |db| {
                     db.raise_condition(
                         crate::db::events::Severity::Warning,

@@ -1,11 +1,15 @@
-//! The NVMe/TCP listeners ("ports" in NVMe-oF terms): the command-line ones and those
-//! added through the API, each a bound socket with its own accept task. The registry is
+//! The NVMe-oF listeners ("ports" in NVMe-oF terms): the command-line ones and those
+//! added through the API, each a bound NVMe/TCP socket with its own accept task or a
+//! bound NVMe/RDMA (RDMA-CM) listener with its own thread. The registry is
 //! shared by the API (which binds, so a bad address is refused in the response) and the
 //! service (which owns the target the accept tasks hand connections to).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use quarry_nvmeof::rdma::budget::MemoryBudget;
+use quarry_nvmeof::rdma::RdmaListener;
+use quarry_nvmeof::spec::log::{TRTYPE_RDMA, TRTYPE_TCP};
 use quarry_nvmeof::target::{PortConfig, Target};
 use serde::Serialize;
 use tokio::net::TcpListener;
@@ -30,7 +34,7 @@ pub enum PortRole {
 pub struct PortInfo {
     /// The API id (`null` for command-line listeners, which cannot be deleted).
     pub id: Option<i64>,
-    /// `tcp`.
+    /// `tcp` or `rdma`.
     pub transport: String,
     /// Bound address.
     pub address: String,
@@ -49,7 +53,32 @@ struct Port {
     local: SocketAddr,
     stop: CancellationToken,
     /// Bound but not yet accepting: the service has not started.
-    pending: Option<TcpListener>,
+    pending: Option<BoundListener>,
+}
+
+/// A bound listener of either transport.
+pub enum BoundListener {
+    /// NVMe/TCP.
+    Tcp(TcpListener),
+    /// NVMe/RDMA (RDMA-CM).
+    Rdma(RdmaListener),
+}
+
+impl BoundListener {
+    /// `tcp` or `rdma`.
+    pub fn transport(&self) -> &'static str {
+        match self {
+            BoundListener::Tcp(_) => "tcp",
+            BoundListener::Rdma(_) => "rdma",
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        match self {
+            BoundListener::Tcp(l) => l.local_addr(),
+            BoundListener::Rdma(l) => Ok(l.local_addr()),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -60,23 +89,41 @@ struct Inner {
 }
 
 /// The listener registry. Cheap to share (`Arc`).
-#[derive(Default)]
 pub struct NvmePorts {
     inner: Mutex<Inner>,
+    /// Bound on memory every NVMe/RDMA queue pair together may register.
+    rdma_budget: Arc<MemoryBudget>,
+}
+
+impl Default for NvmePorts {
+    fn default() -> Self {
+        NvmePorts {
+            inner: Mutex::default(),
+            rdma_budget: MemoryBudget::new(quarry_nvmeof::rdma::DEFAULT_MEMORY_LIMIT),
+        }
+    }
 }
 
 fn spawn_accept(
-    listener: TcpListener,
+    listener: BoundListener,
     target: Arc<Target>,
     advertise: Option<String>,
     stop: CancellationToken,
     local: SocketAddr,
+    budget: &Arc<MemoryBudget>,
 ) {
-    tokio::spawn(async move {
-        if let Err(e) = quarry_nvmeof::transport::serve(listener, target, advertise, stop).await {
-            tracing::error!(listener = %local, error = %e, "NVMe/TCP listener failed");
+    match listener {
+        BoundListener::Tcp(listener) => {
+            tokio::spawn(async move {
+                if let Err(e) =
+                    quarry_nvmeof::transport::serve(listener, target, advertise, stop).await
+                {
+                    tracing::error!(listener = %local, error = %e, "NVMe/TCP listener failed");
+                }
+            });
         }
-    });
+        BoundListener::Rdma(listener) => listener.serve(target, advertise, budget.clone(), stop),
+    }
 }
 
 impl NvmePorts {
@@ -93,7 +140,19 @@ impl NvmePorts {
         role: PortRole,
         advertise: Option<String>,
     ) -> std::io::Result<u16> {
+        self.add_bound(BoundListener::Tcp(listener), id, role, advertise)
+    }
+
+    /// Adds a bound listener of either transport, like [`NvmePorts::add`].
+    pub fn add_bound(
+        &self,
+        listener: BoundListener,
+        id: Option<i64>,
+        role: PortRole,
+        advertise: Option<String>,
+    ) -> std::io::Result<u16> {
         let local = listener.local_addr()?;
+        let transport = listener.transport();
         let mut inner = self.lock();
         inner.next_portid = inner.next_portid.wrapping_add(1).max(1);
         let portid = inner.next_portid;
@@ -106,6 +165,7 @@ impl NvmePorts {
                     advertise.clone(),
                     stop.clone(),
                     local,
+                    &self.rdma_budget,
                 );
                 (stop, None)
             }
@@ -115,7 +175,7 @@ impl NvmePorts {
             local,
             info: PortInfo {
                 id,
-                transport: "tcp".into(),
+                transport: transport.into(),
                 address: local.ip().to_string(),
                 port: local.port(),
                 advertise,
@@ -141,6 +201,7 @@ impl NvmePorts {
                     port.info.advertise.clone(),
                     port.stop.clone(),
                     port.local,
+                    &self.rdma_budget,
                 );
             }
         }
@@ -182,6 +243,11 @@ impl NvmePorts {
                     .clone()
                     .unwrap_or_else(|| p.info.address.clone()),
                 trsvcid: p.info.port.to_string(),
+                trtype: if p.info.transport == "rdma" {
+                    TRTYPE_RDMA
+                } else {
+                    TRTYPE_TCP
+                },
             })
             .collect()
     }

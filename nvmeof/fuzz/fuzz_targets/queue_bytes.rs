@@ -35,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
         traddr: "127.0.0.1".into(),
         trsvcid: "4420".into(),
         ipv6: false,
+        trtype: quarry_nvmeof::spec::log::TRTYPE_TCP,
     };
     let mut q = Queue::new(target, listener, "fuzz".into());
     let mut rest = data;

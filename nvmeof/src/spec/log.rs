@@ -117,6 +117,14 @@ impl ErrorEntry {
 
 /// Transport type TCP.
 pub const TRTYPE_TCP: u8 = 3;
+/// Transport type RDMA.
+pub const TRTYPE_RDMA: u8 = 1;
+/// RDMA TSAS: QP service type reliable connected.
+pub const RDMA_QPTYPE_CONNECTED: u8 = 1;
+/// RDMA TSAS: provider type not specified.
+pub const RDMA_PRTYPE_NOT_SPECIFIED: u8 = 1;
+/// RDMA TSAS: connection management service RDMA_CM.
+pub const RDMA_CMS_RDMA_CM: u8 = 1;
 /// Address family IPv4.
 pub const ADRFAM_IPV4: u8 = 1;
 /// Address family IPv6.
@@ -164,7 +172,13 @@ impl DiscoveryEntry {
         put_ascii_nul(&mut e[32..64], &self.trsvcid);
         put_ascii_nul(&mut e[256..512 - 1], &self.subnqn);
         put_ascii_nul(&mut e[512..768 - 1], &self.traddr);
-        // TSAS for TCP: SECTYPE 0 (no security).
+        // TSAS for TCP: SECTYPE 0 (no security). For RDMA: reliable connected QPs,
+        // any provider, RDMA_CM connection management, no P_Key.
+        if self.trtype == TRTYPE_RDMA {
+            e[768] = RDMA_QPTYPE_CONNECTED;
+            e[769] = RDMA_PRTYPE_NOT_SPECIFIED;
+            e[770] = RDMA_CMS_RDMA_CM;
+        }
     }
 
     /// Decodes an entry (for initiators and tests).

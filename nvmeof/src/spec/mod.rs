@@ -9,7 +9,10 @@ pub mod identify;
 pub mod log;
 mod sqe;
 
-pub use sqe::{Cqe, Sgl, Sqe, Status, CQE_LEN, SGL_ID_INCAPSULE, SGL_ID_TRANSPORT, SQE_LEN};
+pub use sqe::{
+    Cqe, KeyedSgl, Sgl, Sqe, Status, CQE_LEN, SGL_ID_INCAPSULE, SGL_ID_TRANSPORT, SGL_TYPE_KEYED,
+    SQE_LEN,
+};
 
 /// Admin command opcodes (NVMe Base 2.0 figure 138).
 pub mod admin_opc {

@@ -10,6 +10,28 @@ pub const SGL_ID_INCAPSULE: u8 = 0x01;
 /// SGL descriptor identifier for data moved by the transport (R2T/C2HData):
 /// Transport SGL Data Block, Transport specific subtype A.
 pub const SGL_ID_TRANSPORT: u8 = 0x5a;
+/// SGL descriptor type of a Keyed SGL Data Block (the high nibble of the identifier),
+/// the descriptor NVMe/RDMA hosts use for data the controller moves with RDMA READ/WRITE.
+pub const SGL_TYPE_KEYED: u8 = 0x4;
+/// Keyed SGL subtype Address: the key stays valid after the command.
+pub const SGL_SUBTYPE_ADDRESS: u8 = 0x0;
+/// Keyed SGL subtype Invalidate Key: the host asks the controller to invalidate the key
+/// (RDMA send with invalidate) when it sends the completion.
+pub const SGL_SUBTYPE_INVALIDATE: u8 = 0xf;
+
+/// A Keyed SGL Data Block descriptor: host memory the controller reads or writes with
+/// RDMA operations (24-bit length, 32-bit remote key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyedSgl {
+    /// Remote virtual address.
+    pub addr: u64,
+    /// Length in bytes (at most 2^24 - 1).
+    pub len: u32,
+    /// Remote key (rkey) of the host's memory region.
+    pub key: u32,
+    /// Whether the host asked for the key to be invalidated with the completion.
+    pub invalidate: bool,
+}
 
 /// A 64-byte SQE kept in wire form; accessors decode fields on demand so a command
 /// is never copied into a bigger struct on the data path.
@@ -123,15 +145,59 @@ impl Sqe {
         }
     }
 
-    /// SGL1 from DPTR (bytes 24..40).
+    /// SGL1 from DPTR (bytes 24..40). For a keyed descriptor the length is its 24-bit
+    /// length field (the key is in [`Sqe::keyed_sgl`]).
     pub fn sgl(&self) -> Sgl {
         let mut a = [0u8; 8];
         a.copy_from_slice(&self.0[24..32]);
+        let id = self.0[39];
+        let len = if id >> 4 == SGL_TYPE_KEYED {
+            rd32(&self.0, 32) & 0x00ff_ffff
+        } else {
+            rd32(&self.0, 32)
+        };
         Sgl {
             addr: u64::from_le_bytes(a),
-            len: rd32(&self.0, 32),
-            id: self.0[39],
+            len,
+            id,
         }
+    }
+
+    /// SGL1 as a Keyed SGL Data Block, when it is one (subtype Address or Invalidate
+    /// Key; other subtypes are not keyed data blocks this target understands).
+    pub fn keyed_sgl(&self) -> Option<KeyedSgl> {
+        let id = self.0[39];
+        if id >> 4 != SGL_TYPE_KEYED {
+            return None;
+        }
+        let invalidate = match id & 0xf {
+            SGL_SUBTYPE_ADDRESS => false,
+            SGL_SUBTYPE_INVALIDATE => true,
+            _ => return None,
+        };
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&self.0[24..32]);
+        let mut k = [0u8; 4];
+        k.copy_from_slice(&self.0[35..39]);
+        Some(KeyedSgl {
+            addr: u64::from_le_bytes(a),
+            len: rd32(&self.0, 32) & 0x00ff_ffff,
+            key: u32::from_le_bytes(k),
+            invalidate,
+        })
+    }
+
+    /// Sets SGL1 to a Keyed SGL Data Block.
+    pub fn set_keyed_sgl(&mut self, sgl: KeyedSgl) {
+        self.0[24..32].copy_from_slice(&sgl.addr.to_le_bytes());
+        self.0[32..35].copy_from_slice(&sgl.len.to_le_bytes()[..3]);
+        self.0[35..39].copy_from_slice(&sgl.key.to_le_bytes());
+        let sub = if sgl.invalidate {
+            SGL_SUBTYPE_INVALIDATE
+        } else {
+            SGL_SUBTYPE_ADDRESS
+        };
+        self.0[39] = (SGL_TYPE_KEYED << 4) | sub;
     }
 
     /// Sets SGL1.
@@ -281,6 +347,38 @@ mod tests {
         let s = Status::specific(0x84);
         assert_eq!(s.to_u16(), (0x84 << 1) | (1 << 9) | 0x8000);
         assert_eq!(Status::from_u16(s.to_u16()), s);
+    }
+
+    #[test]
+    fn keyed_sgl_round_trip_and_length_is_24_bits() {
+        let mut s = Sqe::from_bytes([0; SQE_LEN]);
+        let k = KeyedSgl {
+            addr: 0x1122_3344_5566_7788,
+            len: 0x02_0000,
+            key: 0xdead_beef,
+            invalidate: true,
+        };
+        s.set_keyed_sgl(k);
+        assert_eq!(s.keyed_sgl(), Some(k));
+        assert_eq!(s.sgl().len, 0x02_0000);
+        assert_eq!(s.sgl().id, 0x4f);
+        // Linux's keyed descriptor bytes: addr, 3-byte length, key, type 0x4f.
+        assert_eq!(
+            &s.as_bytes()[32..40],
+            &[0, 0, 2, 0xef, 0xbe, 0xad, 0xde, 0x4f]
+        );
+        let mut plain = Sqe::from_bytes([0; SQE_LEN]);
+        plain.set_sgl(Sgl {
+            addr: 0,
+            len: 4096,
+            id: SGL_ID_INCAPSULE,
+        });
+        assert_eq!(plain.keyed_sgl(), None);
+        // A keyed type with an unknown subtype is not a keyed data block.
+        let mut b = *s.as_bytes();
+        b[39] = 0x41;
+        let odd = Sqe::from_bytes(b);
+        assert_eq!(odd.keyed_sgl(), None);
     }
 
     #[test]

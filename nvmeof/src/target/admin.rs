@@ -22,6 +22,8 @@ pub struct ListenerInfo {
     pub trsvcid: String,
     /// Whether the address is IPv6.
     pub ipv6: bool,
+    /// Transport the listener serves ([`TRTYPE_TCP`] or [`TRTYPE_RDMA`]).
+    pub trtype: u8,
 }
 
 /// Everything an admin command may look at.
@@ -206,8 +208,15 @@ fn controller_info(ctx: &AdminCtx<'_>) -> ControllerInfo {
             ONCS_DSM | ONCS_WRITE_ZEROES
         },
         vwc: !discovery,
-        // SGLs supported; SGL offsets in the capsule (bit 20).
-        sgls: 1 | (1 << 20),
+        // SGLs supported; SGL offsets in the capsule (bit 20); on RDMA also Keyed SGL
+        // Data Blocks (bit 2), which NVMe/RDMA hosts require.
+        sgls: 1
+            | (1 << 20)
+            | if ctx.listener.trtype == TRTYPE_RDMA {
+                1 << 2
+            } else {
+                0
+            },
         subnqn: ctx.ctrl.subnqn.clone(),
         ioccsz: (64 + MAX_INCAPSULE_DATA) / 16,
         iorcsz: 1,
@@ -303,6 +312,7 @@ fn discovery_log(ctx: &AdminCtx<'_>) -> Vec<u8> {
         portid: 1,
         traddr: ctx.listener.traddr.clone(),
         trsvcid: ctx.listener.trsvcid.clone(),
+        trtype: ctx.listener.trtype,
     };
     let ports: Vec<PortConfig> = if ctx.cfg.ports.is_empty() {
         vec![here]
@@ -327,7 +337,7 @@ fn discovery_log(ctx: &AdminCtx<'_>) -> Vec<u8> {
         .filter(|s| s.allows(&ctx.ctrl.hostnqn))
         .flat_map(|s| {
             ports.iter().map(move |p| DiscoveryEntry {
-                trtype: TRTYPE_TCP,
+                trtype: p.trtype,
                 adrfam: if p.traddr.contains(':') {
                     ADRFAM_IPV6
                 } else {

@@ -151,8 +151,11 @@ pub struct PortConfig {
     /// Address to report; a wildcard (`0.0.0.0`, `::`) or empty address means "the
     /// address the discovery connection arrived on".
     pub traddr: String,
-    /// TCP port as text.
+    /// TCP port (or RDMA-CM port space TCP port) as text.
     pub trsvcid: String,
+    /// Transport type reported ([`crate::spec::log::TRTYPE_TCP`] or
+    /// [`crate::spec::log::TRTYPE_RDMA`]).
+    pub trtype: u8,
 }
 
 impl PortConfig {

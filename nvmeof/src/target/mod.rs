@@ -16,7 +16,7 @@ pub use config::{
 };
 pub use controller::{Controller, IoKind, SessionHooks, SessionObserver, Target};
 pub use io::{BlockOp, IoOutcome, IoRequest};
-pub use queue::{Output, Queue};
+pub use queue::{Output, Queue, Wire};
 
 #[cfg(test)]
 mod tests;

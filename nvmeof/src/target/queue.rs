@@ -1,6 +1,10 @@
-//! One NVMe/TCP connection (= one queue) as a sans-I/O state machine.
+//! One NVMe-oF queue (an NVMe/TCP connection or an NVMe/RDMA queue pair) as a sans-I/O
+//! state machine. The command handling (Connect, admin, I/O, completions) is the same
+//! for both transports; only how capsules arrive and how data and completions leave
+//! differ ([`Wire`]).
 //!
-//! Input: decoded PDUs ([`Queue::handle_pdu`]), storage completions
+//! Input: decoded PDUs ([`Queue::handle_pdu`], TCP) or received capsules
+//! ([`Queue::handle_capsule`] and [`Queue::data_fetched`], RDMA), storage completions
 //! ([`Queue::io_done`]), ticks ([`Queue::tick`]) and wake-ups for controller events
 //! ([`Queue::poll_events`]), each with the time in ms since the target started.
 //! Output: [`Output`] values drained with [`Queue::poll_output`]: PDU bytes to send,
@@ -17,7 +21,10 @@ use super::controller::*;
 use super::io::{self as nvm_io, BlockOp, IoOutcome, IoPlan, IoRequest};
 use super::limits::*;
 use crate::spec::fabrics::{self, ConnectCmd, ConnectData, CONNECT_DATA_LEN};
-use crate::spec::{admin_opc, sc, Cqe, Sqe, Status, SGL_ID_INCAPSULE, SGL_ID_TRANSPORT};
+use crate::spec::{
+    admin_opc, sc, Cqe, KeyedSgl, Sqe, Status, SGL_ID_INCAPSULE, SGL_ID_TRANSPORT, SGL_TYPE_KEYED,
+    SQE_LEN,
+};
 use crate::tcp::{self, DecodeContext, Digests, IcResp, Pdu, PduError, TermReqFes, PFV_1_0};
 
 /// What the transport must do next.
@@ -29,6 +36,35 @@ pub enum Output {
     Io(IoRequest),
     /// Flush what was sent, then close the connection.
     Close,
+    /// RDMA only: read the host memory `sgl` describes (RDMA READ) and report it with
+    /// [`Queue::data_fetched`].
+    FetchData {
+        /// Command the data belongs to.
+        cid: u16,
+        /// Host memory to read (its whole length).
+        sgl: KeyedSgl,
+    },
+    /// RDMA only: write `data` (if not empty) to the host memory `sgl` describes (RDMA
+    /// WRITE), then send `cqe`, invalidating `invalidate` with the send when set.
+    Respond {
+        /// The completion to send.
+        cqe: Cqe,
+        /// Controller-to-host data (empty for none).
+        data: Vec<u8>,
+        /// Where `data` goes (the command's keyed SGL).
+        sgl: Option<KeyedSgl>,
+        /// Remote key to invalidate with the completion (send with invalidate).
+        invalidate: Option<u32>,
+    },
+}
+
+/// How a queue's capsules travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// NVMe/TCP PDUs: ICReq/ICResp first, R2T/H2CData and C2HData for data.
+    Tcp,
+    /// NVMe/RDMA: capsules in RDMA SENDs, data by RDMA READ/WRITE on keyed SGLs.
+    Rdma,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +89,8 @@ enum CmdState {
     Receiving { buf: Vec<u8>, ttag: u16 },
     /// Storage or AER in progress.
     Running,
+    /// RDMA READ of the host's data in progress.
+    Fetching,
 }
 
 struct Cmd {
@@ -65,6 +103,12 @@ pub struct Queue {
     target: Arc<Target>,
     listener: ListenerInfo,
     peer: String,
+    wire: Wire,
+    /// RDMA: the Connect command waiting for its data to be read from the host.
+    pending_connect: Option<Sqe>,
+    /// RDMA: the command being handled that is not (yet) in flight, so a completion
+    /// for it (a refused command, the Connect) still finds its keyed SGL to invalidate.
+    current: Option<Sqe>,
     phase: Phase,
     digests: Digests,
     hpda: u8,
@@ -90,13 +134,30 @@ const CATTR_DISABLE_SQFLOW: u8 = 1 << 2;
 impl Queue {
     /// A new connection from `peer` accepted on `listener`.
     pub fn new(target: Arc<Target>, listener: ListenerInfo, peer: String) -> Self {
+        Self::with_wire(target, listener, peer, Wire::Tcp)
+    }
+
+    /// A new NVMe/RDMA queue pair from `peer` (the RDMA-CM exchange already done):
+    /// the first capsule must be a Connect.
+    pub fn new_rdma(target: Arc<Target>, listener: ListenerInfo, peer: String) -> Self {
+        Self::with_wire(target, listener, peer, Wire::Rdma)
+    }
+
+    fn with_wire(target: Arc<Target>, listener: ListenerInfo, peer: String, wire: Wire) -> Self {
         let cfg = target.config();
         let cfg_gen = target.config_generation();
         Queue {
             target,
             listener,
             peer,
-            phase: Phase::AwaitIcReq,
+            wire,
+            pending_connect: None,
+            current: None,
+            phase: if wire == Wire::Rdma {
+                Phase::AwaitConnect
+            } else {
+                Phase::AwaitIcReq
+            },
             digests: Digests::NONE,
             hpda: 0,
             ctrl: None,
@@ -159,8 +220,9 @@ impl Queue {
             return;
         }
         let mut b = Vec::new();
-        // Before the IC exchange there is no connection to terminate: just close.
-        if self.phase != Phase::AwaitIcReq {
+        // Before the IC exchange there is no connection to terminate: just close. RDMA
+        // has no termination request: the queue pair is disconnected.
+        if self.phase != Phase::AwaitIcReq && self.wire == Wire::Tcp {
             tcp::encode_term_req(&mut b, false, fes as u16, fei, header);
             self.out.push_back(Output::Send(b));
         }
@@ -272,6 +334,64 @@ impl Queue {
         }
     }
 
+    /// RDMA: handles one received command capsule (SQE + in-capsule data).
+    pub fn handle_capsule(&mut self, capsule: &[u8], now_ms: u64) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        let Some(head) = capsule.get(..SQE_LEN) else {
+            tracing::debug!(peer = %self.peer, len = capsule.len(), "short capsule");
+            return self.close();
+        };
+        let mut raw = [0u8; SQE_LEN];
+        raw.copy_from_slice(head);
+        let sqe = Sqe::from_bytes(raw);
+        if let Some(c) = &self.ctrl {
+            c.touch(now_ms);
+        }
+        let data = capsule.get(SQE_LEN..).unwrap_or_default();
+        self.current = Some(sqe);
+        self.on_capsule(sqe, data, head, now_ms);
+        self.current = None;
+    }
+
+    /// RDMA: the host data of command `cid` (requested by [`Output::FetchData`]) has
+    /// been read, or could not be (`None`: the queue pair failed and closes).
+    pub fn data_fetched(&mut self, cid: u16, data: Option<Vec<u8>>, now_ms: u64) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        let Some(data) = data else {
+            return self.close();
+        };
+        if self.phase == Phase::AwaitConnect {
+            match self.pending_connect.take() {
+                Some(sqe) if sqe.cid() == cid => {
+                    self.current = Some(sqe);
+                    self.connect(&sqe, &data, now_ms);
+                    self.current = None;
+                }
+                _ => self.close(),
+            }
+            return;
+        }
+        match self.inflight.get_mut(&cid) {
+            Some(cmd) if matches!(cmd.state, CmdState::Fetching) => {
+                cmd.state = CmdState::Running;
+                self.dispatch(cid, data, now_ms);
+            }
+            _ => self.close(),
+        }
+    }
+
+    /// Whether `id` names data the transport moves itself (not in the capsule).
+    fn transport_sgl(&self, id: u8) -> bool {
+        match self.wire {
+            Wire::Tcp => id == SGL_ID_TRANSPORT,
+            Wire::Rdma => id >> 4 == SGL_TYPE_KEYED,
+        }
+    }
+
     fn advance_sqhd(&mut self) {
         if self.sq_entries > 0 {
             self.sqhd = (self.sqhd + 1) % self.sq_entries;
@@ -285,6 +405,21 @@ impl Queue {
         self.advance_sqhd();
         if self.phase == Phase::AwaitConnect {
             if sqe.opcode() == admin_opc::FABRICS && sqe.fctype() == fabrics::FCTYPE_CONNECT {
+                // NVMe/RDMA hosts send the admin queue's Connect data by reference.
+                if let (Wire::Rdma, Some(k)) = (self.wire, sqe.keyed_sgl()) {
+                    if self.pending_connect.is_some() || (k.len as usize) < CONNECT_DATA_LEN {
+                        return self.respond(cid, Status::generic(sc::COMMAND_SEQUENCE), 0, 0);
+                    }
+                    self.pending_connect = Some(sqe);
+                    self.out.push_back(Output::FetchData {
+                        cid,
+                        sgl: KeyedSgl {
+                            len: CONNECT_DATA_LEN as u32,
+                            ..k
+                        },
+                    });
+                    return;
+                }
                 self.connect(&sqe, data, now_ms);
             } else {
                 self.respond(cid, Status::generic(sc::COMMAND_SEQUENCE), 0, 0);
@@ -325,23 +460,36 @@ impl Queue {
                             _ => self.respond(cid, Status::generic(sc::SGL_OFFSET_INVALID), 0, 0),
                         }
                     }
-                    SGL_ID_TRANSPORT => {
+                    id if self.transport_sgl(id) => {
                         if !data.is_empty() {
                             return self.respond(cid, Status::generic(sc::INVALID_FIELD), 0, 0);
                         }
-                        // Validate before soliciting data so a bad write costs no buffer.
+                        // Validate before soliciting (TCP) or reading (RDMA) the host's
+                        // data so a bad write costs no buffer and no transfer.
                         if let Some(st) = self.precheck(&sqe) {
                             return self.respond(cid, st, 0, 0);
                         }
-                        self.inflight.insert(
-                            cid,
-                            Cmd {
-                                sqe,
-                                state: CmdState::WaitR2t { len: sgl.len },
-                            },
-                        );
-                        self.r2t_waiting.push_back(cid);
-                        self.pump_r2t();
+                        let state = match (self.wire, sqe.keyed_sgl()) {
+                            (Wire::Tcp, _) => CmdState::WaitR2t { len: sgl.len },
+                            (Wire::Rdma, Some(k)) => {
+                                self.out.push_back(Output::FetchData { cid, sgl: k });
+                                CmdState::Fetching
+                            }
+                            (Wire::Rdma, None) => {
+                                return self.respond(
+                                    cid,
+                                    Status::generic(sc::SGL_TYPE_INVALID),
+                                    0,
+                                    0,
+                                );
+                            }
+                        };
+                        let tcp = matches!(state, CmdState::WaitR2t { .. });
+                        self.inflight.insert(cid, Cmd { sqe, state });
+                        if tcp {
+                            self.r2t_waiting.push_back(cid);
+                            self.pump_r2t();
+                        }
                     }
                     _ => self.respond(cid, Status::generic(sc::SGL_TYPE_INVALID), 0, 0),
                 }
@@ -350,7 +498,7 @@ impl Queue {
                 if !data.is_empty() {
                     return self.respond(cid, Status::generic(sc::INVALID_FIELD), 0, 0);
                 }
-                if dir == Dir::C2h && sgl.len > 0 && sgl.id != SGL_ID_TRANSPORT {
+                if dir == Dir::C2h && sgl.len > 0 && !self.transport_sgl(sgl.id) {
                     return self.respond(cid, Status::generic(sc::SGL_TYPE_INVALID), 0, 0);
                 }
                 self.inflight.insert(
@@ -645,7 +793,10 @@ impl Queue {
                 return Err((Status::specific(0x80), 0));
             }
             let sgl = sqe.sgl();
-            if sgl.id != SGL_ID_INCAPSULE || (sgl.len as usize) < CONNECT_DATA_LEN {
+            let by_reference = self.wire == Wire::Rdma && sgl.id >> 4 == SGL_TYPE_KEYED;
+            if (sgl.id != SGL_ID_INCAPSULE && !by_reference)
+                || (sgl.len as usize) < CONNECT_DATA_LEN
+            {
                 return Err(invalid(24, false));
             }
             let cd = ConnectData::parse(data).map_err(|e| invalid(e.offset, true))?;
@@ -729,6 +880,37 @@ impl Queue {
                 };
                 c.log_error(self.qid, cid, status.to_u16(), nsid, lba);
             }
+        }
+        if self.wire == Wire::Rdma {
+            let sqe = match &cmd {
+                Some(c) => Some(c.sqe),
+                None => self.current.filter(|s| s.cid() == cid),
+            };
+            let keyed = sqe.and_then(|s| s.keyed_sgl());
+            let cqe = Cqe {
+                dw0,
+                dw1,
+                sqhd: if self.sqflow_disabled {
+                    0xffff
+                } else {
+                    self.sqhd
+                },
+                sqid: self.qid,
+                cid,
+                status: status.to_u16(),
+            };
+            let data = if status.is_success() {
+                data.to_vec()
+            } else {
+                Vec::new()
+            };
+            self.out.push_back(Output::Respond {
+                cqe,
+                data,
+                sgl: keyed,
+                invalidate: keyed.filter(|k| k.invalidate).map(|k| k.key),
+            });
+            return;
         }
         let mut b = Vec::with_capacity(data.len() + 64);
         let success_flag =

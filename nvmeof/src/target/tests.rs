@@ -8,7 +8,9 @@ use super::*;
 use crate::spec::fabrics::FCTYPE_PROPERTY_SET;
 use crate::spec::fabrics::{prop, ConnectCmd, ConnectData, FCTYPE_CONNECT, FCTYPE_PROPERTY_GET};
 use crate::spec::identify::decode_ns_list;
-use crate::spec::log::{decode_discovery_log, DiscoveryEntry, ADRFAM_IPV4, ADRFAM_IPV6};
+use crate::spec::log::{
+    decode_discovery_log, DiscoveryEntry, ADRFAM_IPV4, ADRFAM_IPV6, TRTYPE_RDMA, TRTYPE_TCP,
+};
 use crate::spec::{
     admin_opc, io_opc, sc, Cqe, Sgl, Sqe, Status, SGL_ID_INCAPSULE, SGL_ID_TRANSPORT,
 };
@@ -60,6 +62,7 @@ fn listener() -> ListenerInfo {
         traddr: "127.0.0.1".into(),
         trsvcid: "4420".into(),
         ipv6: false,
+        trtype: TRTYPE_TCP,
     }
 }
 
@@ -129,6 +132,9 @@ impl Host {
                     self.q.io_done(&req, r);
                 }
                 Output::Close => got.push(Got::Close),
+                o @ (Output::FetchData { .. } | Output::Respond { .. }) => {
+                    panic!("RDMA output on a TCP queue: {o:?}")
+                }
             }
         }
         got
@@ -697,11 +703,13 @@ fn discovery_log_lists_every_port_with_wildcards_resolved() {
             portid: 1,
             traddr: "0.0.0.0".into(),
             trsvcid: "4420".into(),
+            trtype: TRTYPE_TCP,
         },
         PortConfig {
             portid: 2,
             traddr: "fd00::7".into(),
             trsvcid: "4421".into(),
+            trtype: TRTYPE_RDMA,
         },
     ];
     let t = Target::new(cfg, TargetIdentity::default(), None);
@@ -713,6 +721,9 @@ fn discovery_log_lists_every_port_with_wildcards_resolved() {
     assert_eq!(entries[0].adrfam, ADRFAM_IPV4);
     assert_eq!(entries[1].traddr, "fd00::7");
     assert_eq!(entries[1].trsvcid, "4421");
+    // Each port's transport is its own: TCP and RDMA listeners side by side.
+    assert_eq!(entries[0].trtype, TRTYPE_TCP);
+    assert_eq!(entries[1].trtype, TRTYPE_RDMA);
     assert_eq!(entries[1].portid, 2);
     assert_eq!(entries[1].adrfam, ADRFAM_IPV6);
     assert!(entries.iter().all(|e| e.subnqn == NQN));
@@ -914,4 +925,237 @@ fn resize_with_a_shared_device_raises_a_notice() {
     assert!(matches!(g[..], [Got::Resp(c)] if c.cid == 21), "{g:?}");
     let (id, _) = a.read_cmd(&identify(0, 1));
     assert_eq!(u64::from_le_bytes(id[0..8].try_into().unwrap()), 512);
+}
+
+// --- The same Queue in NVMe/RDMA mode: capsules in, RDMA READ/WRITE + completions out.
+
+fn rdma_listener() -> ListenerInfo {
+    ListenerInfo {
+        traddr: "10.0.2.15".into(),
+        trsvcid: "4421".into(),
+        ipv6: false,
+        trtype: TRTYPE_RDMA,
+    }
+}
+
+/// What an RDMA queue asked its transport to do.
+#[derive(Debug)]
+enum RdmaOut {
+    Fetch(u16, crate::spec::KeyedSgl),
+    Respond(Cqe, Vec<u8>, Option<u32>),
+    Close,
+}
+
+/// Drains outputs, running storage I/O inline.
+fn rdma_drain(q: &mut Queue) -> Vec<RdmaOut> {
+    let mut v = Vec::new();
+    while let Some(o) = q.poll_output() {
+        match o {
+            Output::Io(req) => {
+                let r = req.execute();
+                q.io_done(&req, r);
+            }
+            Output::FetchData { cid, sgl } => v.push(RdmaOut::Fetch(cid, sgl)),
+            Output::Respond {
+                cqe,
+                data,
+                invalidate,
+                ..
+            } => v.push(RdmaOut::Respond(cqe, data, invalidate)),
+            Output::Close => v.push(RdmaOut::Close),
+            Output::Send(b) => panic!("TCP bytes from an RDMA queue: {b:?}"),
+        }
+    }
+    v
+}
+
+fn keyed(sqe: &mut Sqe, len: u32, key: u32, invalidate: bool) {
+    sqe.set_keyed_sgl(crate::spec::KeyedSgl {
+        addr: 0x7f00_0000,
+        len,
+        key,
+        invalidate,
+    });
+}
+
+fn capsule(sqe: &Sqe, data: &[u8]) -> Vec<u8> {
+    let mut c = sqe.as_bytes().to_vec();
+    c.extend_from_slice(data);
+    c
+}
+
+/// Connects an RDMA queue the way Linux nvme-rdma does on the admin queue: the
+/// Connect data by reference (keyed SGL), read by the target.
+fn rdma_connect(q: &mut Queue, qid: u16, cntlid: u16) -> Cqe {
+    let mut sqe = Sqe::new(admin_opc::FABRICS, 0x100 + qid);
+    sqe.set_fctype(FCTYPE_CONNECT);
+    ConnectCmd {
+        recfmt: 0,
+        qid,
+        sqsize: 31,
+        cattr: 0,
+        kato: 5000,
+    }
+    .write(&mut sqe);
+    keyed(&mut sqe, 1024, 0x1234, true);
+    q.handle_capsule(&capsule(&sqe, &[]), 0);
+    let out = rdma_drain(q);
+    let [RdmaOut::Fetch(cid, k)] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!((*cid, k.len, k.key), (0x100 + qid, 1024, 0x1234));
+    let data = ConnectData {
+        hostid: HOSTID,
+        cntlid,
+        subnqn: NQN.into(),
+        hostnqn: HOSTNQN.into(),
+    }
+    .to_bytes();
+    q.data_fetched(*cid, Some(data.to_vec()), 0);
+    let out = rdma_drain(q);
+    match &out[..] {
+        [RdmaOut::Respond(c, d, inv)] => {
+            assert!(d.is_empty());
+            assert_eq!(*inv, Some(0x1234), "the host asked for invalidation");
+            *c
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn rdma_queue_connects_reads_and_writes_through_keyed_sgls() {
+    let t = target();
+    let mut admin = Queue::new_rdma(t.clone(), rdma_listener(), "rdma-host".into());
+    let c = rdma_connect(&mut admin, 0, 0xffff);
+    assert!(c.status().is_success(), "{c:?}");
+    let cntlid = c.dw0 as u16;
+    // Property Set CC.EN (no data), then Identify Controller by RDMA WRITE.
+    let mut en = Sqe::new(admin_opc::FABRICS, 1);
+    en.set_fctype(FCTYPE_PROPERTY_SET);
+    en.set_cdw(11, prop::CC);
+    en.set_cdw(12, 1 | (6 << 16) | (4 << 20));
+    admin.handle_capsule(&capsule(&en, &[]), 0);
+    assert!(
+        matches!(&rdma_drain(&mut admin)[..], [RdmaOut::Respond(c, _, None)] if c.status().is_success())
+    );
+    let mut id = identify(1, 0);
+    keyed(&mut id, 4096, 0x55, true);
+    admin.handle_capsule(&capsule(&id, &[]), 0);
+    match &rdma_drain(&mut admin)[..] {
+        [RdmaOut::Respond(c, d, Some(0x55))] => {
+            assert!(c.status().is_success());
+            assert_eq!(d.len(), 4096);
+            // SGLS: keyed SGL data blocks supported (bit 2), required by nvme-rdma.
+            let sgls = u32::from_le_bytes([d[536], d[537], d[538], d[539]]);
+            assert_ne!(sgls & (1 << 2), 0, "sgls={sgls:#x}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // An I/O queue: Connect data in the capsule (as Linux sends it on I/O queues).
+    let mut io = Queue::new_rdma(t.clone(), rdma_listener(), "rdma-host".into());
+    let mut sqe = Sqe::new(admin_opc::FABRICS, 0x101);
+    sqe.set_fctype(FCTYPE_CONNECT);
+    ConnectCmd {
+        recfmt: 0,
+        qid: 1,
+        sqsize: 127,
+        cattr: 0,
+        kato: 0,
+    }
+    .write(&mut sqe);
+    sqe.set_sgl(Sgl {
+        addr: 0,
+        len: 1024,
+        id: SGL_ID_INCAPSULE,
+    });
+    let data = ConnectData {
+        hostid: HOSTID,
+        cntlid,
+        subnqn: NQN.into(),
+        hostnqn: HOSTNQN.into(),
+    }
+    .to_bytes();
+    io.handle_capsule(&capsule(&sqe, &data), 0);
+    assert!(
+        matches!(&rdma_drain(&mut io)[..], [RdmaOut::Respond(c, _, None)] if c.status().is_success())
+    );
+
+    // Write 2 blocks by reference: RDMA READ first, then storage, then the completion.
+    let mut w = rw(io_opc::WRITE, 7, 3, 2, 8192, false);
+    keyed(&mut w, 8192, 0x77, true);
+    io.handle_capsule(&capsule(&w, &[]), 0);
+    let out = rdma_drain(&mut io);
+    let [RdmaOut::Fetch(7, k)] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(k.len, 8192);
+    let payload: Vec<u8> = (0..8192u32).map(|i| (i * 7) as u8).collect();
+    io.data_fetched(7, Some(payload.clone()), 0);
+    assert!(
+        matches!(&rdma_drain(&mut io)[..], [RdmaOut::Respond(c, d, Some(0x77))] if c.status().is_success() && c.cid == 7 && d.is_empty())
+    );
+
+    // A 4 KiB write in the capsule (in-capsule data), no transfer.
+    let mut w2 = rw(io_opc::WRITE, 8, 5, 1, 4096, true);
+    w2.set_sgl(Sgl {
+        addr: 0,
+        len: 4096,
+        id: SGL_ID_INCAPSULE,
+    });
+    io.handle_capsule(&capsule(&w2, &[0xab; 4096]), 0);
+    assert!(
+        matches!(&rdma_drain(&mut io)[..], [RdmaOut::Respond(c, _, None)] if c.status().is_success())
+    );
+
+    // Read all three blocks back by RDMA WRITE, with the key invalidated.
+    let mut r = rw(io_opc::READ, 9, 3, 3, 12288, false);
+    keyed(&mut r, 12288, 0x99, true);
+    io.handle_capsule(&capsule(&r, &[]), 0);
+    match &rdma_drain(&mut io)[..] {
+        [RdmaOut::Respond(c, d, Some(0x99))] => {
+            assert!(c.status().is_success());
+            assert_eq!(&d[..8192], &payload[..]);
+            assert!(d[8192..].iter().all(|&b| b == 0xab));
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A failed RDMA READ (bad key, host gone) closes the queue.
+    let mut w3 = rw(io_opc::WRITE, 10, 0, 1, 4096, false);
+    keyed(&mut w3, 4096, 0x1, false);
+    io.handle_capsule(&capsule(&w3, &[]), 0);
+    assert!(matches!(&rdma_drain(&mut io)[..], [RdmaOut::Fetch(10, _)]));
+    io.data_fetched(10, None, 0);
+    assert!(matches!(&rdma_drain(&mut io)[..], [RdmaOut::Close]));
+    assert!(io.is_closed());
+}
+
+#[test]
+fn rdma_queue_refuses_tcp_transport_sgls_and_short_capsules() {
+    let t = target();
+    let mut q = Queue::new_rdma(t, rdma_listener(), "rdma-host".into());
+    // A capsule shorter than an SQE ends the queue pair.
+    q.handle_capsule(&[0u8; 10], 0);
+    assert!(matches!(&rdma_drain(&mut q)[..], [RdmaOut::Close]));
+    let t = target();
+    let mut q = Queue::new_rdma(t, rdma_listener(), "rdma-host".into());
+    let c = rdma_connect(&mut q, 0, 0xffff);
+    assert!(c.status().is_success());
+    let mut en = Sqe::new(admin_opc::FABRICS, 1);
+    en.set_fctype(FCTYPE_PROPERTY_SET);
+    en.set_cdw(11, prop::CC);
+    en.set_cdw(12, 1 | (6 << 16) | (4 << 20));
+    q.handle_capsule(&capsule(&en, &[]), 0);
+    rdma_drain(&mut q);
+    // The NVMe/TCP transport descriptor means nothing on RDMA.
+    q.handle_capsule(&capsule(&identify(1, 0), &[]), 0);
+    match &rdma_drain(&mut q)[..] {
+        [RdmaOut::Respond(c, d, None)] => {
+            assert!(!c.status().is_success());
+            assert!(d.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -80,6 +80,7 @@ fn listener_info(local: Option<SocketAddr>, advertised: Option<&str>) -> Listene
     ListenerInfo {
         ipv6: traddr.contains(':'),
         traddr,
+        trtype: crate::spec::log::TRTYPE_TCP,
         trsvcid: port,
     }
 }
@@ -232,6 +233,12 @@ pub async fn connection(
                     }
                 }
                 Output::Close => close = true,
+                // A TCP queue never asks for RDMA operations; treat one as a bug and
+                // end the connection rather than guess.
+                Output::FetchData { .. } | Output::Respond { .. } => {
+                    tracing::error!(%peer, "RDMA output on an NVMe/TCP queue; closing");
+                    close = true;
+                }
             }
         }
         if close {

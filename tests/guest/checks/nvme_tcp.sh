@@ -37,6 +37,8 @@ NVME_DATA_MIB="${NVME_DATA_MIB:-64}"
 NVME_FIO_4K_MIB="${NVME_FIO_4K_MIB:-16}"
 NVME_FIO_128K_MIB="${NVME_FIO_128K_MIB:-64}"
 NVME_FIO_IODEPTH="${NVME_FIO_IODEPTH:-16}"
+NVME_FIO_4K_RW="${NVME_FIO_4K_RW:-randwrite}"
+NVME_FIO_128K_RW="${NVME_FIO_128K_RW:-randwrite}"
 NVME_NS_ADD_WAIT="${NVME_NS_ADD_WAIT:-30}"
 # How long a connect may take to show a live controller with namespace 1.
 NVME_CONNECT_WAIT_SECS=30
@@ -177,10 +179,10 @@ verify_data() {
 
 # fio BS MIB: randwrite with crc32c verification on the raw namespace.
 FIO_DETAIL=""
-run_fio() {
+run_fio() { # BS MIB [RW]
     _out="$(fio --name="rw$1" --filename="$DEV" --direct=1 --ioengine=libaio \
-        --iodepth="$NVME_FIO_IODEPTH" --rw=randwrite --bs="$1" --size="${2}m" \
-        --verify=crc32c --do_verify=1 --verify_fatal=1 --exitall_on_error=1 2>&1)"
+        --iodepth="$NVME_FIO_IODEPTH" --rw="${3:-randwrite}" --bs="$1" --size="${2}m" \
+        --verify=crc32c --do_verify=1 --verify_fatal=1 --exitall_on_error=1 ${4:-} 2>&1)"
     _rc=$?
     echo "$_out"
     FIO_DETAIL="$(echo "$_out" | grep -E '^ *(write|read): IOPS=' | sed 's/^ *//; s/,.*//' | tr '\n' ' ')"
@@ -266,8 +268,12 @@ for mode in $NVME_DIGEST_MODES; do
         fi
     fi
     if [ -n "$DEV" ] && [ -b "$DEV" ]; then
-        step "$p.fio_4k" run_fio FIO_DETAIL 4k "$NVME_FIO_4K_MIB"
-        step "$p.fio_128k" run_fio FIO_DETAIL 128k "$NVME_FIO_128K_MIB"
+        step "$p.fio_4k" run_fio FIO_DETAIL 4k "$NVME_FIO_4K_MIB" "$NVME_FIO_4K_RW"
+        step "$p.fio_128k" run_fio FIO_DETAIL 128k "$NVME_FIO_128K_MIB" "$NVME_FIO_128K_RW" &&
+            [ "${NVME_FIO_REVERIFY:-0}" = 1 ] &&
+            step "$p.fio_disconnect" disconnect "" "" &&
+            step "$p.fio_reconnect" connect "" "$mode" &&
+            step "$p.fio_reverify" run_fio FIO_DETAIL 128k "$NVME_FIO_128K_MIB" "$NVME_FIO_128K_RW" --verify_only
     fi
     if [ "$first" = 1 ] && [ -n "${NVME_NS_ADD_CMD:-}" ] && [ -n "$CTRL" ]; then
         step "$p.ns_add" ns_add "" ""

@@ -14,7 +14,7 @@ use crate::api::errors::{AuthErrors, BodyErrors, Conflict, NotFound};
 use crate::api::extract::{ApiJson, ApiPath};
 use crate::api::problem::{ApiResult, Problem};
 use crate::db::Role;
-use crate::nvme_service::ports::{PortInfo, PortRole};
+use crate::nvme_service::ports::{BoundListener, PortInfo, PortRole};
 use crate::state::{AppState, ConfigChange};
 
 /// Longest advertised address (a DNS name at most).
@@ -24,7 +24,7 @@ const MAX_ADVERTISE: usize = 253;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateListener {
-    /// `tcp` (`rdma` is refused until that transport exists).
+    /// `tcp` or `rdma` (refused with 422 when this build or machine has no RDMA).
     pub transport: String,
     /// IP address to bind (`0.0.0.0` or `::` for all).
     pub address: String,
@@ -63,19 +63,22 @@ pub async fn create(
     ApiJson(req): ApiJson<CreateListener>,
 ) -> ApiResult<(StatusCode, Json<PortInfo>)> {
     auth.require(Role::Admin)?;
-    match req.transport.as_str() {
-        "tcp" => {}
+    let rdma = match req.transport.as_str() {
+        "tcp" => false,
         "rdma" => {
-            return Err(Problem::unprocessable(
-                "the RDMA transport is not available in this build; use tcp",
-            ))
+            if let Err(e) = quarry_nvmeof::rdma::availability() {
+                return Err(Problem::unprocessable(format!(
+                    "RDMA listeners unavailable: {e}"
+                )));
+            }
+            true
         }
         other => {
             return Err(Problem::unprocessable(format!(
-                "unknown transport {other:?}: use tcp"
+                "unknown transport {other:?}: use tcp or rdma"
             )))
         }
-    }
+    };
     let ip: IpAddr = req
         .address
         .parse()
@@ -91,34 +94,51 @@ pub async fn create(
         }
     }
     let addr = SocketAddr::new(ip, req.port);
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+    let conflict = |e: &dyn std::fmt::Display| {
         Problem::new(
             StatusCode::CONFLICT,
             format!("cannot listen on {addr}: {e}"),
         )
-    })?;
+    };
+    let transport = if rdma { "rdma" } else { "tcp" };
+    let bound = if rdma {
+        BoundListener::Rdma(
+            tokio::task::spawn_blocking(move || quarry_nvmeof::rdma::RdmaListener::bind(addr))
+                .await
+                .map_err(|e| Problem::internal(&e))?
+                .map_err(|e| conflict(&e))?,
+        )
+    } else {
+        BoundListener::Tcp(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| conflict(&e))?,
+        )
+    };
     let actor = auth.actor();
     let advertise = req.advertise.clone();
     let stored = state
         .db
-        .call(move |db| db.create_nvme_listener(&actor, "tcp", ip, req.port, advertise.as_deref()))
+        .call(move |db| {
+            db.create_nvme_listener(&actor, transport, ip, req.port, advertise.as_deref())
+        })
         .await?;
     let portid = state
         .nvme_ports
-        .add(
-            listener,
+        .add_bound(
+            bound,
             Some(stored.id),
             PortRole::Api,
             stored.advertise.clone(),
         )
         .map_err(|e| Problem::internal(&e))?;
     state.notify(ConfigChange::Subsystems);
-    tracing::info!(url = %format!("nvme+tcp://{addr}"), by = %auth.principal.user, "NVMe/TCP listener added");
+    tracing::info!(url = %format!("nvme+{transport}://{addr}"), by = %auth.principal.user, "NVMe listener added");
     Ok((
         StatusCode::CREATED,
         Json(PortInfo {
             id: Some(stored.id),
-            transport: "tcp".into(),
+            transport: transport.into(),
             address: ip.to_string(),
             port: req.port,
             advertise: stored.advertise,
