@@ -53,6 +53,17 @@ pub struct Outcome {
     pub secs: f64,
 }
 
+impl Outcome {
+    /// A throughput workload's outcome: its figure counts bytes.
+    fn throughput(bytes: u64, secs: f64) -> Outcome {
+        Outcome {
+            bytes,
+            units: bytes,
+            secs,
+        }
+    }
+}
+
 /// One client connected to the target's share: its own connection and session.
 pub struct Conn {
     client: Client,
@@ -428,11 +439,7 @@ pub async fn checkpoint_read(t: &Target, ranks: usize, rank_mib: u64) -> anyhow:
 fn slowest(per_task: &[(u64, f64)]) -> Outcome {
     let bytes = per_task.iter().map(|p| p.0).sum();
     let secs = per_task.iter().map(|p| p.1).fold(0.0, f64::max);
-    Outcome {
-        bytes,
-        units: bytes,
-        secs,
-    }
+    Outcome::throughput(bytes, secs)
 }
 
 /// The training set: `count` files named `train\sample-NNNNN.npz` of `mean_mib` MiB ±50%
@@ -478,12 +485,7 @@ pub async fn training_read(
         }
     })
     .await?;
-    let bytes = per_reader.iter().sum();
-    Ok(Outcome {
-        bytes,
-        units: bytes,
-        secs,
-    })
+    Ok(Outcome::throughput(per_reader.iter().sum(), secs))
 }
 
 /// Inference fan-out: `readers` clients read the same weights file whole at once.
@@ -506,12 +508,7 @@ pub async fn fanout_read(
         }
     })
     .await?;
-    let bytes = per_reader.iter().sum();
-    Ok(Outcome {
-        bytes,
-        units: bytes,
-        secs,
-    })
+    Ok(Outcome::throughput(per_reader.iter().sum(), secs))
 }
 
 /// The small-file data set: file `i` lives in directory `i % dirs` and is 16-128 KiB long.

@@ -881,24 +881,24 @@ impl Queue {
                 c.log_error(self.qid, cid, status.to_u16(), nsid, lba);
             }
         }
+        let cqe = Cqe {
+            dw0,
+            dw1,
+            sqhd: if self.sqflow_disabled {
+                0xffff
+            } else {
+                self.sqhd
+            },
+            sqid: self.qid,
+            cid,
+            status: status.to_u16(),
+        };
         if self.wire == Wire::Rdma {
             let sqe = match &cmd {
                 Some(c) => Some(c.sqe),
                 None => self.current.filter(|s| s.cid() == cid),
             };
             let keyed = sqe.and_then(|s| s.keyed_sgl());
-            let cqe = Cqe {
-                dw0,
-                dw1,
-                sqhd: if self.sqflow_disabled {
-                    0xffff
-                } else {
-                    self.sqhd
-                },
-                sqid: self.qid,
-                cid,
-                status: status.to_u16(),
-            };
             let data = if status.is_success() {
                 data.to_vec()
             } else {
@@ -928,18 +928,6 @@ impl Queue {
             );
         }
         if !success_flag {
-            let cqe = Cqe {
-                dw0,
-                dw1,
-                sqhd: if self.sqflow_disabled {
-                    0xffff
-                } else {
-                    self.sqhd
-                },
-                sqid: self.qid,
-                cid,
-                status: status.to_u16(),
-            };
             tcp::encode_capsule_resp(&mut b, &cqe, self.digests);
         }
         self.out.push_back(Output::Send(b));
