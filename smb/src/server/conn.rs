@@ -321,21 +321,25 @@ async fn serve_frames(
                 .any(|c| matches!(c, Channel::Bound { .. }));
         let limit = if authed { IDLE_TIMEOUT } else { AUTH_TIMEOUT };
         let waiting = !conn.pending.is_empty();
+        // Biased: a break notice queued while the previous request ran goes out before the
+        // answer to the next request (clients such as smbtorture's lease.rename_wait read
+        // the break from the stream of that answer; a random pick sometimes reordered them).
         let frame = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return Err(ConnError::Shutdown),
             _ = conn.admin_cancel.cancelled() => return Err(ConnError::Shutdown),
-            _ = tokio::time::sleep(PENDING_POLL), if waiting => {
-                finish_pending(conn, &out).await?;
+            Some(notice) = breaks.recv() => {
+                if let Some(msg) = conn.break_message(notice)? {
+                    send_all(&out, vec![msg]).await?;
+                }
                 continue;
             }
             Some(msg) = conn.inbox_rx.recv() => {
                 serve_inbound(conn, msg, &out).await?;
                 continue;
             }
-            Some(notice) = breaks.recv() => {
-                if let Some(msg) = conn.break_message(notice)? {
-                    send_all(&out, vec![msg]).await?;
-                }
+            _ = tokio::time::sleep(PENDING_POLL), if waiting => {
+                finish_pending(conn, &out).await?;
                 continue;
             }
             r = tokio::time::timeout(limit, rx.recv()) => match r {
