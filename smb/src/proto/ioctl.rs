@@ -269,9 +269,15 @@ pub struct NetInterface {
     pub if_index: u32,
     /// LinkSpeed in bits per second.
     pub link_speed: u64,
+    /// The NIC has several receive queues (RSS_CAPABLE: clients open several channels
+    /// over it).
+    pub rss_capable: bool,
     /// The address (port is not sent).
     pub addr: std::net::IpAddr,
 }
+
+/// NETWORK_INTERFACE_INFO Capability bit: the interface is RSS-capable.
+pub const NET_IFACE_RSS_CAPABLE: u32 = 0x0000_0001;
 
 /// Length of one NETWORK_INTERFACE_INFO entry: 24 bytes plus a 128-byte SOCKADDR_STORAGE.
 pub const NETWORK_INTERFACE_INFO_LEN: usize = 152;
@@ -288,7 +294,12 @@ pub fn network_interface_info(interfaces: &[NetInterface]) -> Vec<u8> {
             NETWORK_INTERFACE_INFO_LEN as u32
         });
         v.put_u32(ni.if_index);
-        v.put_u32(0); // Capability: no RSS, no RDMA
+        // Capability: RSS when the NIC spreads receive work; never RDMA (no SMB Direct).
+        v.put_u32(if ni.rss_capable {
+            NET_IFACE_RSS_CAPABLE
+        } else {
+            0
+        });
         v.put_u32(0);
         v.put_u64(ni.link_speed);
         let start = v.len();
@@ -350,11 +361,13 @@ mod tests {
             NetInterface {
                 if_index: 1,
                 link_speed: 1,
+                rss_capable: true,
                 addr: [127, 0, 0, 1].into(),
             },
             NetInterface {
                 if_index: 2,
-                link_speed: 1,
+                link_speed: 25_000_000_000,
+                rss_capable: false,
                 addr: std::net::Ipv6Addr::LOCALHOST.into(),
             },
         ]);
@@ -365,5 +378,8 @@ mod tests {
         assert_eq!(&two[28..32], &[127, 0, 0, 1]);
         assert_eq!(&two[152 + 24..152 + 26], &0x17u16.to_le_bytes());
         assert_eq!(two[152 + 32 + 15], 1);
+        assert_eq!(&two[8..12], &NET_IFACE_RSS_CAPABLE.to_le_bytes());
+        assert_eq!(&two[152 + 8..152 + 12], &0u32.to_le_bytes());
+        assert_eq!(&two[152 + 16..152 + 24], &25_000_000_000u64.to_le_bytes());
     }
 }

@@ -18,8 +18,6 @@ use crate::server::conn::Connection;
 use crate::server::dispatch::{Ctx, HResult, Reply};
 use crate::server::MAX_IO_SIZE;
 
-/// Link speed reported for the loopback/ethernet interface (bits per second): 10 Gb/s.
-const REPORTED_LINK_SPEED: u64 = 10_000_000_000;
 /// FSCTL_GET_COMPRESSION.
 const FSCTL_GET_COMPRESSION: u32 = 0x0009_003C;
 /// FSCTL_SET_COMPRESSION.
@@ -208,9 +206,21 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
 }
 
 /// The interfaces to report: each listening address (a wildcard one as the address this
-/// client reached), once each, numbered in listener order so that a client sees distinct
-/// addresses as distinct paths to bind channels over.
+/// client reached), once each, with the speed and RSS capability of the NIC that holds
+/// it. Addresses are numbered in listener order rather than by kernel interface index, so
+/// that a client sees distinct addresses as distinct paths to bind channels over (clients
+/// such as the `smb` crate skip entries whose index equals the one they are connected
+/// through; two addresses on one NIC would otherwise never carry two channels).
 fn interfaces(listening: &[std::net::SocketAddr], reached: std::net::IpAddr) -> Vec<NetInterface> {
+    interfaces_with(listening, reached, crate::server::nic::facts_for)
+}
+
+/// [`interfaces`] with the NIC facts supplied by `facts`.
+fn interfaces_with(
+    listening: &[std::net::SocketAddr],
+    reached: std::net::IpAddr,
+    facts: impl Fn(std::net::IpAddr) -> crate::server::nic::NicFacts,
+) -> Vec<NetInterface> {
     let mut addrs: Vec<std::net::IpAddr> = Vec::new();
     for a in listening {
         let ip = if a.ip().is_unspecified() {
@@ -228,10 +238,14 @@ fn interfaces(listening: &[std::net::SocketAddr], reached: std::net::IpAddr) -> 
     addrs
         .into_iter()
         .zip(1u32..)
-        .map(|(addr, if_index)| NetInterface {
-            if_index,
-            link_speed: REPORTED_LINK_SPEED,
-            addr,
+        .map(|(addr, if_index)| {
+            let nic = facts(addr);
+            NetInterface {
+                if_index,
+                link_speed: nic.link_speed,
+                rss_capable: nic.rss_capable,
+                addr,
+            }
         })
         .collect()
 }
@@ -251,5 +265,30 @@ mod tests {
         let got = interfaces(&[l("0.0.0.0:445"), l("10.0.0.5:446")], reached);
         assert_eq!(got.len(), 1, "a wildcard stands for the reached address");
         assert_eq!(interfaces(&[], reached)[0].addr, reached);
+    }
+
+    #[test]
+    fn interfaces_carry_their_nic_facts() {
+        use crate::server::nic::NicFacts;
+        let l = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+        let fast: std::net::IpAddr = [10, 0, 0, 5].into();
+        let got = interfaces_with(&[l("10.0.0.5:445"), l("127.0.0.1:445")], fast, |ip| {
+            if ip == fast {
+                NicFacts {
+                    link_speed: 100_000_000_000,
+                    rss_capable: true,
+                }
+            } else {
+                NicFacts::default()
+            }
+        });
+        assert_eq!(
+            (got[0].link_speed, got[0].rss_capable),
+            (100_000_000_000, true)
+        );
+        assert_eq!(
+            (got[1].link_speed, got[1].rss_capable),
+            (crate::server::nic::UNKNOWN_LINK_SPEED, false)
+        );
     }
 }
