@@ -258,6 +258,9 @@ fn state_of_level(level: u8) -> u32 {
 #[derive(Debug)]
 pub struct OplockTable<S> {
     files: HashMap<FileKey, Vec<Caching<S>>>,
+    /// Directories holding leases, by share-relative path folded to lower case: a change
+    /// to a child names its parent by path (see [`Self::break_parent`]).
+    dirs: HashMap<String, FileKey>,
     timeout: Duration,
 }
 
@@ -265,9 +268,22 @@ impl<S> Default for OplockTable<S> {
     fn default() -> Self {
         OplockTable {
             files: HashMap::new(),
+            dirs: HashMap::new(),
             timeout: BREAK_TIMEOUT,
         }
     }
+}
+
+/// The key under which a directory path is found in [`OplockTable`]'s directory index
+/// (names are case-insensitive on SMB shares).
+fn dir_index_key(path: &str) -> String {
+    path.trim_matches('\\').to_lowercase()
+}
+
+/// The share-relative path of the directory holding `path` ("" for the root).
+fn parent_path(path: &str) -> &str {
+    let path = path.trim_matches('\\');
+    path.rfind('\\').map_or("", |i| &path[..i])
 }
 
 impl<S: Clone> OplockTable<S> {
@@ -275,8 +291,56 @@ impl<S: Clone> OplockTable<S> {
     pub fn with_timeout(timeout: Duration) -> Self {
         OplockTable {
             files: HashMap::new(),
+            dirs: HashMap::new(),
             timeout,
         }
+    }
+
+    /// Indexes directory `file` under `path` once it holds a lease (after [`Self::grant`],
+    /// and again after the directory is renamed), so that changes to its children find it.
+    pub fn index_dir(&mut self, file: FileKey, path: &str) {
+        if !self
+            .files
+            .get(&file)
+            .is_some_and(|l| l.iter().any(|e| !e.is_oplock()))
+        {
+            return;
+        }
+        self.dirs.retain(|_, f| *f != file);
+        self.dirs.insert(dir_index_key(path), file);
+    }
+
+    /// Whether any directory holds a lease (changes skip [`Self::break_parent`] when not).
+    pub fn has_dir_leases(&self) -> bool {
+        !self.dirs.is_empty()
+    }
+
+    /// Breaks the leases on the directory holding `child` after the child was added,
+    /// removed, renamed or changed, but the lease of the open that made the change
+    /// (`actor`: the ParentLeaseKey it gave, scoped like every lease key): its client
+    /// knows what it did. A directory lease loses all caching (MS-SMB2 3.3.4.7; Windows
+    /// breaks RH to none); the change does not wait for the acknowledgment.
+    pub fn break_parent(
+        &mut self,
+        child: &str,
+        actor: Option<&[u8; 16]>,
+        now: Instant,
+    ) -> Vec<(S, BreakNotice)> {
+        let Some(&file) = self.dirs.get(&dir_index_key(parent_path(child))) else {
+            return Vec::new();
+        };
+        let timeout = self.timeout;
+        let mut out = Vec::new();
+        if let Some(list) = self.files.get_mut(&file) {
+            for e in list.iter_mut() {
+                if e.is_oplock() || (actor.is_some() && e.key.as_ref() == actor) {
+                    continue;
+                }
+                out.extend(Self::lower(e, 0, now, timeout));
+            }
+        }
+        self.prune(file);
+        out
     }
 
     /// Whether no file has any grant (the data path skips the table then).
@@ -359,6 +423,9 @@ impl<S: Clone> OplockTable<S> {
             });
             if list.is_empty() {
                 self.files.remove(&file);
+                if !self.dirs.is_empty() {
+                    self.dirs.retain(|_, f| *f != file);
+                }
             }
         }
     }
@@ -495,6 +562,14 @@ impl<S: Clone> OplockTable<S> {
             .any(|(f, l)| *f != file && l.iter().any(|e| e.key.as_ref() == Some(key)))
     }
 
+    /// The file lease `key` is held on, if any.
+    pub fn file_of_lease(&self, key: &[u8; 16]) -> Option<FileKey> {
+        self.files
+            .iter()
+            .find(|(_, l)| l.iter().any(|e| e.key.as_ref() == Some(key)))
+            .map(|(f, _)| *f)
+    }
+
     /// Opens of `file` holding lease `key` (they do not count as other openers).
     pub fn opens_of_lease(&self, file: FileKey, key: &[u8; 16]) -> usize {
         self.files
@@ -520,10 +595,29 @@ impl<S: Clone> OplockTable<S> {
             lease_version: 0,
             break_in_progress: false,
         };
-        if is_dir {
-            // No directory oplocks or leasing (not advertised): no lease context either.
-            return none;
-        }
+        // Directories take no oplocks and only v2 leases, which cache at most reads and
+        // handles (MS-SMB2 3.3.5.9.11: a request for RW or RWH is granted R or RH).
+        let want = match want {
+            Want::Lease { version: 2, .. } | Want::Nothing if is_dir => want,
+            _ if is_dir => return none,
+            w => w,
+        };
+        let want = match want {
+            Want::Lease {
+                key,
+                wire_key,
+                state,
+                version,
+                epoch,
+            } if is_dir => Want::Lease {
+                key,
+                wire_key,
+                state: state & (R | H),
+                version,
+                epoch,
+            },
+            w => w,
+        };
         let list = self.files.entry(file).or_default();
         let granted = match want {
             Want::Nothing => none,
@@ -793,6 +887,76 @@ mod tests {
             version: 2,
             epoch: 0,
         }
+    }
+
+    #[test]
+    fn directories_take_v2_leases_of_read_and_handle_caching_only() {
+        let mut t = OplockTable::<u32>::default();
+        let g = t.grant(5, holder(10), lease(2, R | W | H), false, true, 7);
+        assert_eq!(g.lease, Some((R | H, 1)));
+        let g = t.grant(6, holder(11), lease(3, R | W), false, true, 7);
+        assert_eq!(g.lease, Some((R, 1)));
+        let v1 = Want::Lease {
+            key: [4; 16],
+            wire_key: [4; 16],
+            state: R | H,
+            version: 1,
+            epoch: 0,
+        };
+        assert_eq!(t.grant(7, holder(12), v1, false, true, 7).lease, None);
+        let g = t.grant(
+            8,
+            holder(13),
+            Want::Oplock(OPLOCK_LEVEL_BATCH),
+            false,
+            true,
+            7,
+        );
+        assert_eq!(g.oplock_level, OPLOCK_LEVEL_NONE);
+    }
+
+    #[test]
+    fn a_change_in_a_leased_directory_breaks_it_but_not_for_its_own_parent_key() {
+        let mut t = OplockTable::<u32>::default();
+        let now = Instant::now();
+        t.grant(5, holder(10), lease(2, R | H), false, true, 7);
+        t.index_dir(5, "Data\\Sub");
+        assert!(t.has_dir_leases());
+        // The lease holder's own change (its ParentLeaseKey) and changes elsewhere: none.
+        assert!(t
+            .break_parent("data\\sub\\f.txt", Some(&[2; 16]), now)
+            .is_empty());
+        assert!(t.break_parent("data\\f.txt", None, now).is_empty());
+        assert!(t
+            .break_parent("data\\sub\\deeper\\f.txt", None, now)
+            .is_empty());
+        // Anyone else's: RH to none, acknowledged (H was held), epoch advanced.
+        let n = t.break_parent("DATA\\SUB\\f.txt", Some(&[9; 16]), now);
+        assert_eq!(n.len(), 1);
+        assert!(matches!(
+            n[0].1.kind,
+            NoticeKind::Lease {
+                current,
+                new: 0,
+                ack_required: true,
+                epoch: 2,
+                ..
+            } if current == R | H
+        ));
+        assert_eq!(t.ack_lease(&[2; 16], 0, now).map(|(s, _)| s), Ok(0));
+        // A renamed directory is found under its new name; a closed one is forgotten.
+        t.index_dir(5, "moved");
+        assert!(t.break_parent("data\\sub\\f", None, now).is_empty());
+        t.close(5, 10);
+        assert!(!t.has_dir_leases());
+    }
+
+    #[test]
+    fn an_unleased_directory_is_not_indexed() {
+        let mut t = OplockTable::<u32>::default();
+        t.grant(5, holder(10), Want::Nothing, false, true, 7);
+        t.index_dir(5, "plain");
+        assert!(!t.has_dir_leases());
     }
 
     #[test]
@@ -1078,27 +1242,6 @@ mod tests {
         );
         assert!(!t.breaking(5, None, now + Duration::from_millis(1)));
         t.close(5, 1);
-        assert!(t.is_empty());
-    }
-
-    #[test]
-    fn directories_and_crowded_files_get_no_grant() {
-        let mut t = OplockTable::<u32>::default();
-        let g = t.grant(9, holder(1), lease(1, R | H), false, true, 1);
-        assert_eq!(g.lease, None);
-        assert_eq!(g.oplock_level, OPLOCK_LEVEL_NONE);
-        assert_eq!(
-            t.grant(
-                9,
-                holder(2),
-                Want::Oplock(OPLOCK_LEVEL_BATCH),
-                false,
-                true,
-                1
-            )
-            .oplock_level,
-            OPLOCK_LEVEL_NONE
-        );
         assert!(t.is_empty());
     }
 }

@@ -5,7 +5,9 @@
 //! files created / renamed / deleted, `df` reporting the share's quota as the size, cleanup,
 //! `sync` and a clean unmount. With the lease Quarry grants, re-reading the 64 MiB file is
 //! served from the client's cache: the share's READ counter (from `/metrics`, read by the
-//! guest) does not move.
+//! guest) does not move. With the directory lease on the share root, listing it again sends
+//! no QUERY_DIRECTORY, and a file created there over a second connection (a `nosharesock`
+//! mount) still appears in the first mount's listing: the server broke the lease.
 //!
 //! Needs qemu and the guest lab cache (minutes under TCG), so it is `#[ignore]`d:
 //! `cargo test -p quarry-tests --test smb_kernel_cifs cifs_linux -- --ignored --nocapture`
@@ -55,13 +57,17 @@ fn cifs_linux_kernel_client_acceptance() -> anyhow::Result<()> {
         .run()?;
     ensure!(run.passed(), "{}", run.summary());
     for tag in ["3.1.1+seal", "3.0"] {
-        if let Some(c) = run.check(&format!("cifs.{tag}.reread_cached")) {
-            println!("{}: {}", c.name, c.detail);
+        for shown in ["reread_cached", "root_listing_cached", "root_listing_fresh"] {
+            if let Some(c) = run.check(&format!("cifs.{tag}.{shown}")) {
+                println!("{}: {}", c.name, c.detail);
+            }
         }
         for step in [
             "mount_opts",
             "copy_out",
             "reread_cached",
+            "root_listing_cached",
+            "root_listing_fresh",
             "create",
             "rename",
             "delete",

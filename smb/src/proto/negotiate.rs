@@ -26,6 +26,8 @@ pub const SIGNING_REQUIRED: u16 = 0x0002;
 pub const CAP_DFS: u32 = 0x0000_0001;
 /// Capability: leasing.
 pub const CAP_LEASING: u32 = 0x0000_0002;
+/// SMB2_GLOBAL_CAP_DIRECTORY_LEASING: directories take (v2) leases.
+pub const CAP_DIRECTORY_LEASING: u32 = 0x0000_0020;
 /// Capability: multi-credit operations (large MTU).
 pub const CAP_LARGE_MTU: u32 = 0x0000_0004;
 /// Capability: multichannel.

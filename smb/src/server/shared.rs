@@ -92,6 +92,19 @@ impl ShareState {
         self.with_notify(|h| h.record(path, action, filter));
     }
 
+    /// Breaks the leases held on the directory of `path` after the server added, removed,
+    /// renamed or changed it, but the lease `actor` (the changing open's ParentLeaseKey).
+    pub fn break_parent_leases(&self, path: &str, actor: Option<&[u8; 16]>) {
+        let notices = {
+            let mut t = self.oplocks();
+            if !t.has_dir_leases() {
+                return;
+            }
+            t.break_parent(path, actor, std::time::Instant::now())
+        };
+        deliver(notices);
+    }
+
     /// The CreateGuids of durable v2 CREATEs (replay detection).
     pub fn replay(&self) -> MutexGuard<'_, super::replay::ReplayCache> {
         self.replay.lock().unwrap_or_else(|p| p.into_inner())

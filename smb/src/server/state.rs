@@ -254,6 +254,12 @@ pub struct Open {
     pub create_action: u32,
     /// The newest ChannelSequence a request on it carried (SMB 3.x).
     pub channel_sequence: u16,
+    /// The ParentLeaseKey its CREATE gave (scoped like `lease_key`): changes it makes do
+    /// not break that lease on its directory.
+    pub parent_lease_key: Option<[u8; 16]>,
+    /// Data was written through it: its close breaks the leases on its directory (the
+    /// listing's size and times change), as on Windows.
+    pub modified: bool,
 }
 
 impl Open {
@@ -284,6 +290,8 @@ impl Open {
             replay: None,
             create_action: crate::proto::create::FILE_OPENED,
             channel_sequence: 0,
+            parent_lease_key: None,
+            modified: false,
         }
     }
 }

@@ -395,6 +395,14 @@ impl ShareModeTable {
             .is_some_and(|e| e.opens.iter().any(|o| o.mode.access & rights::DELETE != 0))
     }
 
+    /// Whether some open of `file` has the share-relative `path` (case-insensitive).
+    pub fn is_open_at(&self, file: FileKey, path: &str) -> bool {
+        let path = normal_path(path);
+        self.files
+            .get(&file)
+            .is_some_and(|e| e.opens.iter().any(|o| o.path == path))
+    }
+
     /// Number of opens of the file.
     pub fn open_count(&self, file: FileKey) -> usize {
         self.files.get(&file).map_or(0, |e| e.opens.len())

@@ -16,10 +16,14 @@
 #   SMB_WORKDIR    scratch directory created in the share (default: random)
 #   SMB_METRICS_URL  Quarry's /metrics (e.g. http://10.0.2.2:8080/metrics): adds the
 #                  check that re-reading the big file is served from the client's
-#                  cache (its lease), with no READ reaching the server
+#                  cache (its lease), with no READ reaching the server, and the
+#                  directory lease checks: listing the share root again sends no
+#                  QUERY_DIRECTORY, and a file another connection creates there
+#                  still shows up (the server broke the lease)
 #
 # Check names: cifs.modules, cifs.<tag>.{mount,mount_opts,copy_in,remount,
-# copy_out,reread_cached,ls_l,create,rename,delete,df,cleanup,umount} where <tag> is the
+# copy_out,reread_cached,root_listing_cached,root_listing_fresh,ls_l,create,rename,
+# delete,df,cleanup,umount} where <tag> is the
 # option set with "vers=" dropped and "," turned into "+" (e.g. 3.1.1+seal).
 . /checks/common.sh
 
@@ -30,6 +34,7 @@ SMB_FILE_MIB="${SMB_FILE_MIB:-64}"
 SMB_NFILES="${SMB_NFILES:-1000}"
 SMB_WORKDIR="${SMB_WORKDIR:-guestlab-$(cut -c1-8 /proc/sys/kernel/random/uuid)}"
 MNT=/mnt/smb
+MNT2=/mnt/smb-peer
 SRC=/tmp/cifs-src.bin
 BACK=/tmp/cifs-back.bin
 
@@ -68,11 +73,12 @@ copy_out() {
     rm -f "$BACK"
     [ "$_got" = "$SRC_SHA" ] || { echo "sha256 mismatch: got $_got want $SRC_SHA"; return 1; }
 }
-# READ requests the server has answered on the share (Quarry's per-share counter).
-server_reads() {
+# Requests of kind OP the server has answered on the share (Quarry's per-share counter).
+server_ops() { # OP
     wget -q -O - "$SMB_METRICS_URL" | grep '^quarry_smb_operations_total{' |
-        grep "share=\"$SMB_SHARE\"" | grep 'op="read"' | awk '{s += $2} END {print s + 0}'
+        grep "share=\"$SMB_SHARE\"" | grep "op=\"$1\"" | awk '{s += $2} END {print s + 0}'
 }
+server_reads() { server_ops read; }
 # With a read-caching lease the second read of the file never reaches the server.
 reread_cached() {
     cat "$MNT/$SMB_WORKDIR/big.bin" >/dev/null || return 1
@@ -81,6 +87,36 @@ reread_cached() {
     _after="$(server_reads)" || return 1
     echo "server READs: $_before before the re-read, $_after after"
     [ "$_before" -gt 0 ] && [ "$_after" = "$_before" ]
+}
+# With a directory lease on the share root, cifs keeps the root's listing: listing it
+# again sends no QUERY_DIRECTORY.
+root_listing_cached() {
+    ls "$MNT/" >/dev/null || return 1
+    ls "$MNT/" >/dev/null || return 1
+    _before="$(server_ops query_directory)" || return 1
+    ls "$MNT/" >/dev/null || return 1
+    _after="$(server_ops query_directory)" || return 1
+    echo "server QUERY_DIRECTORYs: $_before before the re-list, $_after after"
+    [ "$_before" -gt 0 ] && [ "$_after" = "$_before" ]
+}
+# A file created in the root over a second connection (its own mount, nosharesock)
+# breaks that lease, so the first mount's next listing shows it.
+root_listing_fresh() { # OPTS
+    _peer="$SMB_WORKDIR-peer"
+    mkdir -p "$MNT2" || return 1
+    mount -t cifs "//$SMB_ADDR/$SMB_SHARE" "$MNT2" \
+        -o "ip=$SMB_ADDR,port=$SMB_PORT,username=$SMB_USER,password=$SMB_PASS,nosharesock,$1" ||
+        return 1
+    _ok=0
+    echo peer >"$MNT2/$_peer" && sync && _ok=1
+    umount "$MNT2"
+    [ "$_ok" = 1 ] || { echo "the peer mount could not create $_peer"; return 1; }
+    if ! ls "$MNT/" | grep -qx "$_peer"; then
+        echo "$_peer, created over another connection, is missing from the listing"
+        return 1
+    fi
+    rm -f "$MNT/$_peer"
+    echo "the new entry appeared after $(server_ops query_directory) QUERY_DIRECTORYs in all"
 }
 ls_l() {
     _line="$(ls -l "$MNT/$SMB_WORKDIR/big.bin")" || return 1
@@ -172,6 +208,10 @@ for opts in $SMB_MOUNTS; do
     if [ -n "${SMB_METRICS_URL:-}" ]; then
         out="$(reread_cached 2>&1)"
         if [ $? -eq 0 ]; then pass "$p.reread_cached" "$out"; else fail "$p.reread_cached" "$out"; fi
+        out="$(root_listing_cached 2>&1)"
+        if [ $? -eq 0 ]; then pass "$p.root_listing_cached" "$out"; else fail "$p.root_listing_cached" "$out"; fi
+        out="$(root_listing_fresh "$opts" 2>&1)"
+        if [ $? -eq 0 ]; then pass "$p.root_listing_fresh" "$out"; else fail "$p.root_listing_fresh" "$out"; fi
     fi
     run_step "$p.ls_l" ls_l
     run_step "$p.create" create_files && run_step "$p.rename" rename_files && run_step "$p.delete" delete_files

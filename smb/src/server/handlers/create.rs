@@ -408,6 +408,14 @@ async fn create_open(
         Want::Lease { key, .. } => Some(key),
         _ => None,
     };
+    // A lease key names one file: a key held on another path is refused before anything
+    // is created or truncated (the check after the open catches other names of a file).
+    if let Some(k) = &lease_key {
+        let held_on = share_state.oplocks().file_of_lease(k);
+        if held_on.is_some_and(|f| !share_state.modes().is_open_at(f, &file_path)) {
+            return Err(status::INVALID_PARAMETER);
+        }
+    }
     let mode = OpenMode {
         access,
         share: req.share_access,
@@ -573,7 +581,7 @@ async fn create_open(
         let mut oplocks = share_state.oplocks();
         let same_lease = lease_key.map_or(0, |k| oplocks.opens_of_lease(inode, &k));
         let others = open_count.saturating_sub(1 + same_lease) > 0;
-        oplocks.grant(
+        let granted = oplocks.grant(
             inode,
             Holder {
                 open: file_id.volatile,
@@ -593,7 +601,11 @@ async fn create_open(
             others,
             opened.info.is_dir,
             sink,
-        )
+        );
+        if opened.info.is_dir && granted.lease.is_some() {
+            oplocks.index_dir(inode, &file_path);
+        }
+        granted
     };
     let mut contexts: Vec<(&'static [u8], Vec<u8>)> = Vec::new();
     if req.context(CTX_MXAC).is_some() {
@@ -603,6 +615,10 @@ async fn create_open(
         contexts.push((CTX_QFID, qfid_response(opened.info.file_id, 0)));
     }
     let lease = lease_request(conn, &req);
+    let parent_lease_key = lease
+        .as_ref()
+        .and_then(|l| l.parent_key)
+        .map(|k| conn.lease_scope(&k));
     if let (Some((state, epoch)), Some(lease)) = (granted.lease, &lease) {
         contexts.push((
             CTX_LEASE,
@@ -659,6 +675,9 @@ async fn create_open(
             notify::FILTER_SIZE | notify::FILTER_LAST_WRITE,
         );
     }
+    if created != FILE_OPENED {
+        share_state.break_parent_leases(&file_path, parent_lease_key.as_ref());
+    }
     let open = Open {
         lease_key,
         lease_wire_key: lease.map(|l| l.key),
@@ -671,6 +690,7 @@ async fn create_open(
         durable,
         create_action: created,
         channel_sequence: (ctx.hdr.status & 0xFFFF) as u16,
+        parent_lease_key,
         ..Open::new(file_id, ctx.tree_id, file_path.clone(), access)
     };
     if let Some(d) = durable.filter(|d| d.persistent) {
@@ -788,6 +808,9 @@ pub async fn close_open(o: Open) -> Result<(), u32> {
             };
             share.record_change(&o.path, notify::ACTION_REMOVED, filter);
         }
+    }
+    if o.modified || outcome.delete_now || outcome.delete_file_now {
+        share.break_parent_leases(&o.path, o.parent_lease_key.as_ref());
     }
     Ok(())
 }

@@ -274,17 +274,21 @@ pub async fn set_info(
         open.file_id.volatile,
         open.lease_key,
         open.path.clone(),
+        open.parent_lease_key,
     );
-    // Size changes make other clients' cached data stale: break their read caching.
+    // Size changes make other clients' cached data stale: break their read caching, and
+    // the directory's (its listing shows the size).
     let break_readers = || {
-        if let (Some(share), inode, id, key, path) = &writer {
+        if let (Some(share), inode, id, key, path, parent_key) = &writer {
             share.break_for_write(*inode, *id, key.as_ref());
             share.record_change(path, notify::ACTION_MODIFIED, notify::FILTER_SIZE);
+            share.break_parent_leases(path, parent_key.as_ref());
         }
     };
     let changed = |action: u32, filter: u32| {
-        if let (Some(share), _, _, _, path) = &writer {
+        if let (Some(share), _, _, _, path, parent_key) = &writer {
             share.record_change(path, action, filter);
+            share.break_parent_leases(path, parent_key.as_ref());
         }
     };
     let need = |bits: u32| {
@@ -355,6 +359,14 @@ pub async fn set_info(
             let t2 = target.clone();
             blocking(move || f.rename(&t2, r.replace_if_exists)).await?;
             share.modes().set_path(inode, id, &target);
+            // Both directories' listings changed; a leased directory is found by its new
+            // name from now on.
+            let parent_key = writer.5;
+            share.break_parent_leases(&current, parent_key.as_ref());
+            share.break_parent_leases(&target, parent_key.as_ref());
+            if is_dir {
+                share.oplocks().index_dir(inode, &target);
+            }
             let filter = if is_dir {
                 notify::FILTER_DIR_NAME
             } else {

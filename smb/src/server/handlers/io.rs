@@ -99,6 +99,7 @@ pub async fn write(conn: &mut Connection, ctx: &mut Ctx<'_>, req: WriteRequest<'
         return Err(status::INVALID_DEVICE_REQUEST);
     }
     check_io(open, req.offset, req.data.len() as u64, true)?;
+    open.modified = true;
     if let Some(share) = &open.share {
         share.break_for_write(open.inode, open.file_id.volatile, open.lease_key.as_ref());
         share.record_change(

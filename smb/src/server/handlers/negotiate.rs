@@ -51,7 +51,9 @@ pub fn negotiate(conn: &mut Connection, ctx: &mut Ctx<'_>, req: NegotiateRequest
     }
     if dialect >= DIALECT_300 {
         // Further connections of the client may bind to its sessions (server::channel).
-        caps |= CAP_MULTI_CHANNEL | crate::proto::negotiate::CAP_PERSISTENT_HANDLES;
+        caps |= CAP_MULTI_CHANNEL
+            | crate::proto::negotiate::CAP_PERSISTENT_HANDLES
+            | crate::proto::negotiate::CAP_DIRECTORY_LEASING;
     }
     let mut cipher = None;
     let mut signing = match dialect {
