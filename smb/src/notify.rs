@@ -4,8 +4,10 @@
 //! ancestor, when recursive), filtered by its completion filter, until a CHANGE_NOTIFY
 //! collects them. Pure state; the server records changes and completes pending requests.
 //!
-//! Changes made to the pool behind the server's back (a shell on the appliance, snapshot
-//! restores) are not seen.
+//! Changes made to a share behind the server's back (a shell on the appliance, another
+//! service) reach the watches through an [`OutsideWatcher`] that the backend provides for
+//! the directories watched (see [`NotifyHub::watched_dirs`]); the backend must leave out
+//! the server's own changes, which are recorded here already.
 
 use std::collections::HashMap;
 
@@ -44,6 +46,23 @@ pub const MAX_BUFFERED_BYTES: usize = 64 * 1024;
 /// Most watches per share.
 pub const MAX_WATCHES: usize = 4096;
 
+/// Most changes made outside the server that wait to be recorded; beyond it every watch
+/// overflows (its client re-enumerates).
+pub const MAX_PENDING_OUTSIDE_CHANGES: usize = 16 * 1024;
+
+/// Takes one change made outside the server: the entry's share-relative path
+/// (`\`-separated), its action (`ACTION_*`) and the filter bits (`FILTER_*`) it matches.
+/// Called from the backend's watching thread; must not block.
+pub type OutsideChangeSink = std::sync::Arc<dyn Fn(&str, u32, u32) + Send + Sync>;
+
+/// A backend's watch over a share's directories for changes made outside the server.
+pub trait OutsideWatcher: Send + Sync {
+    /// Watches exactly `dirs` from now on: share-relative directories as clients opened
+    /// them, each with whether its subtree is watched too. Replaces the previous set; an
+    /// empty set stops watching.
+    fn watch(&self, dirs: &[(String, bool)]);
+}
+
 /// What a watch has collected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Collected {
@@ -59,6 +78,8 @@ pub enum Collected {
 struct Watch {
     /// Watched directory, share-relative, lower case, no leading or trailing `\`.
     dir: String,
+    /// The directory as the client opened it (for an [`OutsideWatcher`]).
+    opened_as: String,
     recursive: bool,
     filter: u32,
     /// The first request's OutputBufferLength: the handle's buffer (Windows keeps it, so a
@@ -84,6 +105,8 @@ fn record_len(name: &str) -> usize {
 #[derive(Debug, Default)]
 pub struct NotifyHub {
     watches: HashMap<OpenId, Watch>,
+    /// Bumped whenever the set of watched directories (or their recursion) changes.
+    version: u64,
 }
 
 impl NotifyHub {
@@ -104,6 +127,9 @@ impl NotifyHub {
         capacity: u32,
     ) -> bool {
         if let Some(w) = self.watches.get_mut(&open) {
+            if w.recursive != recursive {
+                self.version += 1;
+            }
             w.recursive = recursive;
             w.filter = filter;
             return true;
@@ -115,6 +141,7 @@ impl NotifyHub {
             open,
             Watch {
                 dir: key(dir),
+                opened_as: dir.trim_matches('\\').replace('/', "\\"),
                 recursive,
                 filter,
                 capacity,
@@ -124,7 +151,37 @@ impl NotifyHub {
                 deleted: false,
             },
         );
+        self.version += 1;
         true
+    }
+
+    /// A number that changes whenever [`Self::watched_dirs`] would answer differently.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The directories watched (as first opened, deduplicated case-insensitively), each
+    /// with whether any watch of it covers its subtree.
+    pub fn watched_dirs(&self) -> Vec<(String, bool)> {
+        let mut by_key: HashMap<&str, (String, bool)> = HashMap::new();
+        for w in self.watches.values() {
+            let e = by_key
+                .entry(w.dir.as_str())
+                .or_insert_with(|| (w.opened_as.clone(), false));
+            e.1 |= w.recursive;
+        }
+        let mut dirs: Vec<(String, bool)> = by_key.into_values().collect();
+        dirs.sort();
+        dirs
+    }
+
+    /// Every watch overflows: changes were lost (its client re-enumerates).
+    pub fn overflow_all(&mut self) {
+        for w in self.watches.values_mut() {
+            w.overflow = true;
+            w.changes.clear();
+            w.bytes = 0;
+        }
     }
 
     /// Records that the entry at share-relative `path` changed (`action`), matching the
@@ -201,7 +258,9 @@ impl NotifyHub {
 
     /// Ends the watch of `open` (its CLOSE).
     pub fn remove(&mut self, open: OpenId) {
-        self.watches.remove(&open);
+        if self.watches.remove(&open).is_some() {
+            self.version += 1;
+        }
     }
 }
 

@@ -452,3 +452,71 @@ fn smbprotocol_persistent_handle_survives_a_restart() {
     let out = python_with(&q, SMBPROTOCOL_PERSISTENT_RECLAIM, &env);
     assert!(out.contains("OK reclaimed"), "{out}");
 }
+
+const SMBPROTOCOL_NOTIFY_OUTSIDE: &str = r#"
+import os, subprocess, threading, time, uuid
+from smbprotocol.connection import Connection
+from smbprotocol.session import Session
+from smbprotocol.tree import TreeConnect
+from smbprotocol.open import (Open, CreateDisposition, CreateOptions, DirectoryAccessMask,
+    FileAttributes, ImpersonationLevel, ShareAccess)
+from smbprotocol.change_notify import ChangeNotifyFlags, CompletionFilter, FileSystemWatcher
+
+conn = Connection(uuid.uuid4(), "127.0.0.1", int(os.environ["PORT"]))
+conn.connect()
+sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"])
+sess.connect()
+tree = TreeConnect(sess, r"\\127.0.0.1\data")
+tree.connect()
+d = Open(tree, "Watched")
+d.create(ImpersonationLevel.Impersonation,
+         DirectoryAccessMask.FILE_LIST_DIRECTORY | DirectoryAccessMask.SYNCHRONIZE,
+         FileAttributes.FILE_ATTRIBUTE_DIRECTORY,
+         ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE | ShareAccess.FILE_SHARE_DELETE,
+         CreateDisposition.FILE_OPEN, CreateOptions.FILE_DIRECTORY_FILE)
+
+def watch_while(script):
+    w = FileSystemWatcher(d)
+    w.start(CompletionFilter.FILE_NOTIFY_CHANGE_FILE_NAME | CompletionFilter.FILE_NOTIFY_CHANGE_DIR_NAME,
+            flags=ChangeNotifyFlags.SMB2_WATCH_TREE)
+    # The watch stands once the server has answered STATUS_PENDING.
+    deadline = time.time() + 10
+    while w._request.async_id is None and time.time() < deadline:
+        time.sleep(0.01)
+    assert w._request.async_id is not None, "no interim response"
+    # Another process changes the share's directory on the appliance itself.
+    subprocess.run(["sh", "-c", script], cwd=os.environ["SHARE_DIR"], check=True)
+    t = threading.Thread(target=w.wait, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "no notification within 10 s of the outside change"
+    return [(a["action"].get_value(), a["file_name"].get_value()) for a in w.result]
+
+got = watch_while("echo hi > Watched/Sub/outside.txt")
+print("CREATE", got)
+assert (1, "Sub\\outside.txt") in got, got
+got = watch_while("mv Watched/Sub/outside.txt Watched/renamed.txt")
+print("MOVE", got)
+assert (2, "Sub\\outside.txt") in got and (1, "renamed.txt") in got, got
+got = watch_while("mv Watched/renamed.txt Watched/again.txt")
+print("RENAME", got)
+assert (4, "renamed.txt") in got and (5, "again.txt") in got, got
+d.close()
+print("OK outside changes notified")
+"#;
+
+/// A change made on the appliance itself, by another process, completes a client's
+/// CHANGE_NOTIFY: a new file in a watched subtree, a move out of a subdirectory and a
+/// rename in place (FILE_ACTION_ADDED, REMOVED/ADDED, RENAMED_OLD/NEW_NAME).
+#[test]
+fn smbprotocol_is_notified_of_changes_made_outside_smb() {
+    let q = setup();
+    let share_dir = q.data.join("pool/shares/data");
+    std::fs::create_dir_all(share_dir.join("Watched/Sub")).unwrap();
+    let out = python_with(
+        &q,
+        SMBPROTOCOL_NOTIFY_OUTSIDE,
+        &[("SHARE_DIR", share_dir.to_str().unwrap())],
+    );
+    assert!(out.contains("OK outside changes notified"), "{out}");
+}

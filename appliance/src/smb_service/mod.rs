@@ -87,6 +87,36 @@ impl AppBackend {
             .unwrap_or_else(|p| p.into_inner())
             .clear();
     }
+
+    /// Share `name`'s storage, opened once and cached (reopened when its read-only flag
+    /// changes).
+    fn posix_share(&self, name: &str) -> Result<Arc<PosixShareFs>, FsError> {
+        let share = self
+            .state
+            .db
+            .share(name)
+            .map_err(|e| db_failed(format!("share {name}"), e))?
+            .ok_or_else(|| FsError::NotFound(name.to_string()))?;
+        let key = share.name.to_lowercase();
+        let mut cache = self.open_shares.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((ro, fs)) = cache.get(&key) {
+            if *ro == share.read_only {
+                return Ok(fs.clone());
+            }
+        }
+        let root = self.state.pool.share_root(&share.name);
+        let quota = self.state.pool.share_quota(&share.name);
+        let fs = Arc::new(PosixShareFs::open(
+            &root,
+            quota,
+            PosixShareConfig {
+                label: share.name.clone(),
+                read_only: share.read_only,
+            },
+        )?);
+        cache.insert(key, (share.read_only, fs.clone()));
+        Ok(fs)
+    }
 }
 
 /// A configuration-database failure as the SMB server's storage error.
@@ -207,31 +237,25 @@ impl Backend for AppBackend {
     }
 
     fn share_fs(&self, name: &str) -> Result<Arc<dyn ShareFs>, FsError> {
-        let share = self
-            .state
-            .db
-            .share(name)
-            .map_err(|e| db_failed(format!("share {name}"), e))?
-            .ok_or_else(|| FsError::NotFound(name.to_string()))?;
-        let key = share.name.to_lowercase();
-        let mut cache = self.open_shares.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((ro, fs)) = cache.get(&key) {
-            if *ro == share.read_only {
-                return Ok(fs.clone());
+        Ok(self.posix_share(name)?)
+    }
+
+    fn watch_outside_changes(
+        &self,
+        name: &str,
+        sink: quarry_smb::notify::OutsideChangeSink,
+    ) -> Option<Box<dyn quarry_smb::notify::OutsideWatcher>> {
+        let watched = self
+            .posix_share(name)
+            .map_err(|e| e.to_string())
+            .and_then(|fs| fs.watch_outside_changes(sink).map_err(|e| e.to_string()));
+        match watched {
+            Ok(w) => Some(Box::new(w)),
+            Err(why) => {
+                tracing::warn!(share = name, %why, "changes made outside SMB are not reported to CHANGE_NOTIFY");
+                None
             }
         }
-        let root = self.state.pool.share_root(&share.name);
-        let quota = self.state.pool.share_quota(&share.name);
-        let fs = Arc::new(PosixShareFs::open(
-            &root,
-            quota,
-            PosixShareConfig {
-                label: share.name.clone(),
-                read_only: share.read_only,
-            },
-        )?);
-        cache.insert(key, (share.read_only, fs.clone()));
-        Ok(fs)
     }
 
     fn session_started(&self, user: &str, peer: SocketAddr) -> Box<dyn SessionObserver> {

@@ -275,6 +275,17 @@ pub trait Backend: Send + Sync + 'static {
     fn persisted_opens(&self) -> Vec<durable::PersistedOpen> {
         Vec::new()
     }
+    /// Starts watching share `name` for changes made outside the server (CHANGE_NOTIFY
+    /// reports them), delivering each to `sink`; the server then says which directories
+    /// to watch. `None` when the backend cannot (it should log why, once). The default
+    /// cannot.
+    fn watch_outside_changes(
+        &self,
+        _name: &str,
+        _sink: crate::notify::OutsideChangeSink,
+    ) -> Option<Box<dyn crate::notify::OutsideWatcher>> {
+        None
+    }
 }
 
 /// Server-wide settings.

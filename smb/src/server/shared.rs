@@ -60,6 +60,31 @@ pub struct ShareState {
     pub backend: std::sync::OnceLock<Arc<dyn super::Backend>>,
     /// Whether `notify` holds any watch, read without the lock on the data path.
     watched: std::sync::atomic::AtomicBool,
+    /// The share's name, as the backend knows it (to watch it for outside changes).
+    pub name: std::sync::OnceLock<String>,
+    /// Changes made outside the server, queued by the backend's watcher thread until the
+    /// next use of the watches records them.
+    outside_inbox: Arc<Mutex<OutsideInbox>>,
+    /// The backend's watcher over the watched directories.
+    outside: Mutex<OutsideWatch>,
+}
+
+/// Changes made outside the server, not yet recorded.
+#[derive(Default)]
+struct OutsideInbox {
+    changes: Vec<(String, u32, u32)>,
+    /// More arrived than [`crate::notify::MAX_PENDING_OUTSIDE_CHANGES`]: watches overflow.
+    overflowed: bool,
+}
+
+/// The backend's watcher of one share and the watch set it was given.
+#[derive(Default)]
+struct OutsideWatch {
+    watcher: Option<Box<dyn crate::notify::OutsideWatcher>>,
+    /// The backend cannot watch this share (asked once).
+    unavailable: bool,
+    /// [`crate::notify::NotifyHub::version`] of the set the watcher was given.
+    version: u64,
 }
 
 /// Sends break notices to the connections that own the grants (after the table's lock
@@ -75,12 +100,75 @@ pub fn deliver(notices: Vec<(BreakSink, BreakNotice)>) {
 
 impl ShareState {
     /// Runs `f` on the CHANGE_NOTIFY watches (and keeps the lock-free `watched` flag).
+    /// Changes made outside the server are recorded first, and the backend's watcher follows
+    /// the set of watched directories.
     pub fn with_notify<T>(&self, f: impl FnOnce(&mut crate::notify::NotifyHub) -> T) -> T {
-        let mut hub = self.notify.lock().unwrap_or_else(|p| p.into_inner());
-        let out = f(&mut hub);
-        self.watched
-            .store(!hub.is_empty(), std::sync::atomic::Ordering::Relaxed);
+        let (out, version) = {
+            let mut hub = self.notify.lock().unwrap_or_else(|p| p.into_inner());
+            self.record_outside_changes(&mut hub);
+            let out = f(&mut hub);
+            self.watched
+                .store(!hub.is_empty(), std::sync::atomic::Ordering::Relaxed);
+            (out, hub.version())
+        };
+        self.follow_watches(version);
         out
+    }
+
+    /// Moves the changes the backend saw into the watches.
+    fn record_outside_changes(&self, hub: &mut crate::notify::NotifyHub) {
+        let mut inbox = self.outside_inbox.lock().unwrap_or_else(|p| p.into_inner());
+        if std::mem::take(&mut inbox.overflowed) {
+            hub.overflow_all();
+        }
+        for (path, action, filter) in inbox.changes.drain(..) {
+            hub.record(&path, action, filter);
+        }
+    }
+
+    /// Gives the backend's watcher the watched directories when they changed since it was
+    /// last told (asking the backend for a watcher the first time anything is watched).
+    /// Runs outside the watches' lock: the watcher's thread never waits for it.
+    fn follow_watches(&self, version: u64) {
+        let mut o = self.outside.lock().unwrap_or_else(|p| p.into_inner());
+        if o.version == version {
+            return;
+        }
+        o.version = version;
+        let dirs = self
+            .notify
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .watched_dirs();
+        if o.watcher.is_none() {
+            if dirs.is_empty() || o.unavailable {
+                return;
+            }
+            let (Some(backend), Some(name)) = (self.backend.get(), self.name.get()) else {
+                o.unavailable = true;
+                return;
+            };
+            let inbox = self.outside_inbox.clone();
+            let sink: crate::notify::OutsideChangeSink = Arc::new(move |path, action, filter| {
+                let mut i = inbox.lock().unwrap_or_else(|p| p.into_inner());
+                if i.changes.len() >= crate::notify::MAX_PENDING_OUTSIDE_CHANGES {
+                    i.overflowed = true;
+                    i.changes.clear();
+                } else {
+                    i.changes.push((path.to_string(), action, filter));
+                }
+            });
+            match backend.watch_outside_changes(name, sink) {
+                Some(w) => o.watcher = Some(w),
+                None => {
+                    o.unavailable = true;
+                    return;
+                }
+            }
+        }
+        if let Some(w) = &o.watcher {
+            w.watch(&dirs);
+        }
     }
 
     /// Records a change the server made at share-relative `path` for CHANGE_NOTIFY
@@ -188,6 +276,7 @@ impl SharedState {
         m.entry(name.to_lowercase())
             .or_insert_with(|| {
                 let s = ShareState::default();
+                let _ = s.name.set(name.to_string());
                 if let Some(b) = self.backend.get() {
                     let _ = s.backend.set(b.clone());
                 }

@@ -21,7 +21,9 @@ pub mod descriptor;
 pub mod dir;
 pub mod direct;
 pub mod ea;
+pub mod fanotify;
 pub mod file;
+pub mod outside;
 pub mod resolve;
 pub mod stream;
 pub mod sys;
@@ -148,6 +150,15 @@ impl PosixShareFs {
                 size_locks: SizeLocks::default(),
             }),
         })
+    }
+
+    /// Starts reporting changes made to this share outside the SMB server to `sink`
+    /// (see [`outside`]); fails where fanotify cannot watch it.
+    pub fn watch_outside_changes(
+        &self,
+        sink: quarry_smb::notify::OutsideChangeSink,
+    ) -> std::io::Result<outside::FanotifyWatcher> {
+        outside::FanotifyWatcher::start(self.inner.clone(), sink)
     }
 
     fn open_root(&self, req: &CreateRequest<'_>) -> Result<Made, FsError> {

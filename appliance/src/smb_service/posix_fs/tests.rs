@@ -1338,3 +1338,104 @@ fn extended_attributes_are_kept_upper_cased_and_removed_by_empty_values() {
     f.file.set_eas(&[("eaone".into(), Vec::new())]).unwrap();
     assert_eq!(f.file.eas().unwrap().len(), 1);
 }
+
+/// Changes collected by an outside-change watcher.
+type Seen = Arc<std::sync::Mutex<Vec<(String, u32, u32)>>>;
+
+fn collecting_sink() -> (Seen, quarry_smb::notify::OutsideChangeSink) {
+    let seen: Seen = Arc::default();
+    let s = seen.clone();
+    let sink: quarry_smb::notify::OutsideChangeSink = Arc::new(move |p, a, f| {
+        s.lock().unwrap().push((p.to_string(), a, f));
+    });
+    (seen, sink)
+}
+
+/// Waits up to 5 s for `want` (path, action) to be seen.
+fn wait_for(seen: &Seen, want: &[(&str, u32)]) -> Vec<(String, u32, u32)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let got = seen.lock().unwrap().clone();
+        let all = want
+            .iter()
+            .all(|(p, a)| got.iter().any(|(gp, ga, _)| gp == p && ga == a));
+        if all || std::time::Instant::now() > deadline {
+            return got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Runs `script` in a shell in `dir`: another process, as an admin's shell would be.
+fn outside_shell(dir: &std::path::Path, script: &str) {
+    let st = std::process::Command::new("sh")
+        .args(["-c", script])
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "{script}");
+}
+
+#[test]
+fn changes_made_by_other_processes_reach_the_watcher_and_our_own_do_not() {
+    use quarry_smb::notify::{
+        OutsideWatcher, ACTION_ADDED, ACTION_MODIFIED, ACTION_REMOVED, ACTION_RENAMED_NEW_NAME,
+        ACTION_RENAMED_OLD_NAME,
+    };
+    let fx = fixture();
+    fs::create_dir_all(fx.root.join("Sub/Deep")).unwrap();
+    fs::create_dir(fx.root.join("flat")).unwrap();
+    let (seen, sink) = collecting_sink();
+    // Appliances run as root; fanotify with directory handles needs it (CI runs as root).
+    let w = fx
+        .fs
+        .watch_outside_changes(sink)
+        .expect("fanotify watcher (needs root and Linux 5.17+)");
+    // The client opened "sub" in another case; the subtree is watched, "flat" is not.
+    w.watch(&[("sub".to_string(), true)]);
+    // This process's own change is the SMB server's: never reported.
+    fs::write(fx.root.join("Sub/own.txt"), b"mine").unwrap();
+    outside_shell(
+        &fx.root,
+        "echo a > Sub/a.txt && mv Sub/a.txt Sub/b.txt && echo x > Sub/Deep/d.txt && \
+         mkdir Sub/New && echo n > Sub/New/n.txt && mv Sub/b.txt flat/ && rm Sub/own.txt && \
+         echo f > flat/ignored.txt",
+    );
+    let want = [
+        ("Sub\\a.txt", ACTION_ADDED),
+        ("Sub\\a.txt", ACTION_RENAMED_OLD_NAME),
+        ("Sub\\b.txt", ACTION_RENAMED_NEW_NAME),
+        ("Sub\\Deep\\d.txt", ACTION_ADDED),
+        ("Sub\\Deep\\d.txt", ACTION_MODIFIED),
+        ("Sub\\New", ACTION_ADDED),
+        ("Sub\\New\\n.txt", ACTION_ADDED),
+        ("Sub\\b.txt", ACTION_REMOVED),
+        ("Sub\\own.txt", ACTION_REMOVED),
+    ];
+    let got = wait_for(&seen, &want);
+    for (p, a) in want {
+        assert!(
+            got.iter().any(|(gp, ga, _)| gp == p && *ga == a),
+            "missing {p} action {a} in {got:?}"
+        );
+    }
+    assert!(
+        !got.iter()
+            .any(|(p, a, _)| p == "Sub\\own.txt" && *a == ACTION_ADDED),
+        "this process's own write was reported: {got:?}"
+    );
+    assert!(
+        !got.iter().any(|(p, _, _)| p.starts_with("flat")),
+        "an unwatched directory was reported: {got:?}"
+    );
+    // An empty set stops watching.
+    w.watch(&[]);
+    seen.lock().unwrap().clear();
+    outside_shell(&fx.root, "echo z > Sub/z.txt");
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+}
