@@ -1,5 +1,5 @@
 //! CREATE and CLOSE (MS-SMB2 3.3.5.9, 3.3.5.10): access mapping, read-only shares,
-//! delete-on-close, MxAc/QFid create contexts, durable handles (granted here, kept by
+//! delete-on-close, MxAc/QFid/AAPL create contexts, durable handles (granted here, kept by
 //! [`crate::server::durable`], reclaimed by a reconnect context), named pipes on IPC$.
 
 use crate::notify;
@@ -339,6 +339,7 @@ async fn create_open(
     if req.name.starts_with('\\') {
         return Err(status::INVALID_PARAMETER);
     }
+    let aapl = super::aapl::server_query(conn, &req)?;
     if req.impersonation_level > MAX_IMPERSONATION_LEVEL {
         return Err(status::BAD_IMPERSONATION_LEVEL);
     }
@@ -602,6 +603,9 @@ async fn create_open(
     if req.context(CTX_QFID).is_some() {
         contexts.push((CTX_QFID, qfid_response(opened.info.file_id, 0)));
     }
+    if let Some((_, data)) = &aapl {
+        contexts.push(super::aapl::response_context(data.clone()));
+    }
     let lease = lease_request(conn, &req);
     if let (Some((state, epoch)), Some(lease)) = (granted.lease, &lease) {
         contexts.push((
@@ -691,6 +695,9 @@ async fn create_open(
             Ok(())
         })
         .await?;
+    }
+    if let Some((negotiated, _)) = aapl {
+        super::aapl::commit(conn, negotiated);
     }
     answer_open(conn, ctx, open, &resp)
 }
