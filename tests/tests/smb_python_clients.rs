@@ -457,9 +457,9 @@ fn smbprotocol_persistent_handle_survives_a_restart() {
 /// An Apple client's AAPL server query on its first CREATE, then a listing with
 /// FileIdBothDirectoryInformation carrying the Apple fields (maximal access, UNIX mode, and
 /// the resource fork length and compressed FinderInfo from the file's AFP_Resource and
-/// AFP_AfpInfo streams); a later query does not renegotiate, a malformed AAPL context or
-/// kAAPL_RESOLVE_ID is INVALID_PARAMETER, and a connection that never negotiates gets plain
-/// entries.
+/// AFP_AfpInfo streams) and file ids of 0; a later query does not renegotiate, a malformed
+/// AAPL context or kAAPL_RESOLVE_ID is INVALID_PARAMETER, and a connection that never
+/// negotiates gets plain entries.
 const SMBPROTOCOL_AAPL: &str = r#"
 import os, struct, uuid
 from smbprotocol.connection import Connection
@@ -529,6 +529,8 @@ assert f["short_name_length"].get_value() == 24
 short = f["short_name"].get_value()
 assert struct.unpack_from("<Q", short)[0] == 0, short      # no resource fork
 assert short[8:20] == b"\0" * 12 and short[20:24] == b"\x80\0\0\0", short.hex()
+# Inode numbers are reused, macOS takes file ids for CNIDs: an AAPL connection sees 0.
+assert all(e["file_id"].get_value() == 0 for e in entries.values()), [e["file_id"].get_value() for e in entries.values()]
 d = entries["sub"]
 assert d["reserved2"].get_value() == 0o040755, oct(d["reserved2"].get_value())
 o.close()
@@ -548,6 +550,7 @@ o, got = open_root(connect())
 f = listing(o)["mode640.txt"]
 assert f["reserved2"].get_value() == 0 and f["ea_size"].get_value() == 0, (f["reserved2"], f["ea_size"])
 assert f["short_name_length"].get_value() == 0
+assert f["file_id"].get_value() != 0
 o.close()
 print("OK")
 "#;

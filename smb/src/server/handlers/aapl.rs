@@ -10,6 +10,8 @@
 //! - volume `FULL_SYNC`: FLUSH is `fdatasync`, which reaches stable storage as F_FULLFSYNC
 //!   asks; not `CASE_SENSITIVE` (names resolve case-insensitively); not
 //!   `SUPPORT_RESOLVE_ID` (a file id cannot be turned into a path without a scan).
+//!
+//! Once negotiated, the connection sees on-disk file ids as 0 ([`client_file_id`]).
 
 use crate::proto::aapl::{caps, query, volume_caps, ServerQuery, ServerQueryReply, CTX_AAPL};
 use crate::proto::create::CreateRequest;
@@ -71,6 +73,17 @@ pub fn commit(conn: &mut Connection, negotiated: Negotiated) {
     conn.state.aapl.get_or_insert(negotiated);
 }
 
+/// The on-disk file id to show a connection: 0 once it negotiated AAPL. macOS takes file
+/// ids for HFS+ catalog node ids, which are never reused; inode numbers are, and a zero id
+/// makes the client stop trusting them (as Samba's `fruit:zero_file_id` does by default).
+pub fn client_file_id(negotiated: Option<Negotiated>, id: u64) -> u64 {
+    if negotiated.is_some() {
+        0
+    } else {
+        id
+    }
+}
+
 /// The response context for the answer of [`server_query`].
 pub fn response_context(data: Vec<u8>) -> (&'static [u8], Vec<u8>) {
     (CTX_AAPL, data)
@@ -97,6 +110,8 @@ mod tests {
         );
         assert_eq!(r.volume_caps, Some(volume_caps::FULL_SYNC));
         assert_eq!(r.model.as_deref(), Some("Quarry"));
+        assert_eq!(client_file_id(Some(n), 42), 0);
+        assert_eq!(client_file_id(None, 42), 42);
         let only_volume = ServerQuery {
             request_bitmap: query::VOLUME_CAPS,
             client_caps: 0,

@@ -244,7 +244,8 @@ async fn replay_open(
         contexts.push((CTX_MXAC, mxac_response(status::SUCCESS, access)));
     }
     if req.context(CTX_QFID).is_some() {
-        contexts.push((CTX_QFID, qfid_response(info.file_id, 0)));
+        let id = super::aapl::client_file_id(conn.state.aapl, info.file_id);
+        contexts.push((CTX_QFID, qfid_response(id, 0)));
     }
     let mut oplock_level = req.oplock_level;
     if let (Some(l), Some(g)) = (&lease, held) {
@@ -601,7 +602,10 @@ async fn create_open(
         contexts.push((CTX_MXAC, mxac_response(status::SUCCESS, gate.maximal())));
     }
     if req.context(CTX_QFID).is_some() {
-        contexts.push((CTX_QFID, qfid_response(opened.info.file_id, 0)));
+        // The CREATE that negotiates AAPL already answers as an AAPL connection.
+        let negotiated = conn.state.aapl.or(aapl.as_ref().map(|a| a.0));
+        let id = super::aapl::client_file_id(negotiated, opened.info.file_id);
+        contexts.push((CTX_QFID, qfid_response(id, 0)));
     }
     if let Some((_, data)) = &aapl {
         contexts.push(super::aapl::response_context(data.clone()));

@@ -33,6 +33,7 @@ pub async fn query_directory(
         .check_charge(ctx.hdr.credit_charge, u64::from(limit))
         .map_err(|_| status::INVALID_PARAMETER)?;
     let apple_access = apple_max_access(conn, ctx, req.class)?;
+    let negotiated = conn.state.aapl;
     let open = super::open(conn, ctx, req.file_id)?;
     if !open.is_dir {
         return Err(status::INVALID_PARAMETER);
@@ -76,7 +77,7 @@ pub async fn query_directory(
             let de = DirEntry {
                 name: e.name.clone(),
                 attrs: attrs_of(&e.info),
-                file_id: e.info.file_id,
+                file_id: super::aapl::client_file_id(negotiated, e.info.file_id),
                 apple: apple_access.map(|a| apple_info(a, &e)),
             };
             if !enc.push(&de) {
