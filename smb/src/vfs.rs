@@ -257,6 +257,9 @@ pub struct FileInfo {
     pub nlink: u32,
     /// Whether this is a directory.
     pub is_dir: bool,
+    /// The POSIX mode (type and permission bits), 0 when the storage has none: Apple
+    /// clients that negotiated AAPL read it from directory listings.
+    pub unix_mode: u32,
 }
 
 /// The result of a successful [`ShareFs::create`].
@@ -303,6 +306,19 @@ pub struct DirEntry {
     pub name: String,
     /// Its metadata.
     pub info: FileInfo,
+    /// Its Apple stream metadata, when the cursor was asked for it
+    /// ([`DirCursor::want_mac_metadata`]) and the storage keeps streams.
+    pub mac: Option<MacMetadata>,
+}
+
+/// What an Apple client's listing needs from a file's `AFP_Resource` and `AFP_AfpInfo`
+/// streams, read while the entry is listed so Finder needs no request per file.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MacMetadata {
+    /// Length of the `AFP_Resource` stream (0 when absent).
+    pub rfork_size: u64,
+    /// The `AFP_AfpInfo` stream, when present and exactly 60 bytes long.
+    pub afp_info: Option<Vec<u8>>,
 }
 
 /// A resumable directory enumeration with a fixed search pattern.
@@ -318,6 +334,9 @@ pub trait DirCursor: Send {
     fn unread(&mut self, entry: DirEntry);
     /// Starts over from the first entry (RESTART_SCANS), seeing the directory as it is now.
     fn restart(&mut self) -> Result<(), FsError>;
+    /// From now on, fill [`DirEntry::mac`] (an AAPL client lists with read-dir-attr). The
+    /// default keeps it `None`: storage without streams has no Mac metadata.
+    fn want_mac_metadata(&mut self) {}
 }
 
 /// A byte range reported by FSCTL_QUERY_ALLOCATED_RANGES.

@@ -2,7 +2,8 @@
 //! with encryption on, including a directory of 5,000 files listed completely and path-escape
 //! attempts that smbclient would fold away; and impacket 0.13's SMBConnection, through the
 //! SMB1 NEGOTIATE upgrade and directly with 3.1.1; and a durable handle (v2) that survives
-//! its TCP connection being destroyed and is reclaimed on a new one to go on writing.
+//! its TCP connection being destroyed and is reclaimed on a new one to go on writing; and the
+//! Apple AAPL create context with the Apple fields of directory listings.
 
 use std::process::Command;
 
@@ -519,4 +520,126 @@ fn smbprotocol_is_notified_of_changes_made_outside_smb() {
         &[("SHARE_DIR", share_dir.to_str().unwrap())],
     );
     assert!(out.contains("OK outside changes notified"), "{out}");
+}
+
+/// An Apple client's AAPL server query on its first CREATE, then a listing with
+/// FileIdBothDirectoryInformation carrying the Apple fields (maximal access, UNIX mode, and
+/// the resource fork length and compressed FinderInfo from the file's AFP_Resource and
+/// AFP_AfpInfo streams) and file ids of 0; a later query does not renegotiate, a malformed
+/// AAPL context or kAAPL_RESOLVE_ID is INVALID_PARAMETER, and a connection that never
+/// negotiates gets plain entries.
+const SMBPROTOCOL_AAPL: &str = r#"
+import os, struct, uuid
+from smbprotocol.connection import Connection
+from smbprotocol.session import Session
+from smbprotocol.tree import TreeConnect
+from smbprotocol.open import Open, CreateDisposition, CreateOptions, DirectoryAccessMask, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes, FileInformationClass
+from smbprotocol.create_contexts import SMB2CreateContextRequest
+from smbprotocol.exceptions import SMBResponseException
+def connect():
+    conn = Connection(uuid.uuid4(), "127.0.0.1", int(os.environ["PORT"])); conn.connect()
+    sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"]); sess.connect()
+    tree = TreeConnect(sess, r"\\127.0.0.1\data"); tree.connect()
+    return tree
+def aapl(data):
+    c = SMB2CreateContextRequest(); c["buffer_name"] = b"AAPL"; c["buffer_data"] = data
+    return c
+def open_root(tree, contexts=None):
+    o = Open(tree, "")
+    got = o.create(ImpersonationLevel.Impersonation,
+                   DirectoryAccessMask.FILE_LIST_DIRECTORY | DirectoryAccessMask.FILE_READ_ATTRIBUTES,
+                   FileAttributes.FILE_ATTRIBUTE_DIRECTORY, ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE,
+                   CreateDisposition.FILE_OPEN, CreateOptions.FILE_DIRECTORY_FILE, create_contexts=contexts)
+    return o, got
+def listing(o):
+    entries = o.query_directory("*", FileInformationClass.FILE_ID_BOTH_DIRECTORY_INFORMATION)
+    return {e["file_name"].get_value().decode("utf-16-le"): e for e in entries}
+# kAAPL_SERVER_QUERY: server caps | volume caps | model; client: read-dir-attr | unix | nfs ace.
+query = struct.pack("<IIQQ", 1, 0, 7, 1 | 4 | 8)
+tree = connect()
+o, got = open_root(tree, [aapl(query)])
+assert got and len(got) == 1, got
+reply = got[0]
+cmd, _, bitmap, scaps, vcaps, _, mlen = struct.unpack_from("<IIQQQII", reply)
+model = reply[40:40 + mlen].decode("utf-16-le")
+print("AAPL reply", cmd, bitmap, hex(scaps), hex(vcaps), model)
+assert (cmd, bitmap) == (1, 7), (cmd, bitmap)
+assert scaps == 1 | 4, hex(scaps)        # read-dir-attr | unix based; no copyfile, no NFS ACEs
+assert vcaps == 4, hex(vcaps)            # full sync; case-insensitive, no resolve-id
+assert model == "Quarry" and len(reply) == 40 + mlen, (model, len(reply))
+# Finder metadata as macOS stores it: an AfpInfo stream and a resource fork.
+def write_stream(name, data):
+    s = Open(tree, name)
+    s.create(ImpersonationLevel.Impersonation, FilePipePrinterAccessMask.GENERIC_READ | FilePipePrinterAccessMask.GENERIC_WRITE,
+             FileAttributes.FILE_ATTRIBUTE_NORMAL, ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE,
+             CreateDisposition.FILE_OVERWRITE_IF, CreateOptions.FILE_NON_DIRECTORY_FILE)
+    s.write(data, 0); s.close()
+finder = b"TEXTttxt" + b"\x40\x00" + b"\0" * 14 + b"\x00\x20" + b"\0" * 6
+afp = b"AFP\0" + b"\0\0\x01\0" + b"\0" * 8 + finder + b"\0" * 12
+assert len(afp) == 60
+write_stream("mac.txt", b"data")
+write_stream("mac.txt:AFP_AfpInfo", afp)
+write_stream("mac.txt:AFP_Resource", b"R" * 1000)
+entries = listing(o)
+m = entries["mac.txt"]
+short = m["short_name"].get_value()
+created = int(m["creation_time"].get_value().timestamp())
+print("mac.txt short name area", short.hex())
+assert struct.unpack_from("<Q", short)[0] == 1000, short.hex()
+assert short[8:20] == b"TEXTttxt\x40\x00\x00\x20", short.hex()
+assert struct.unpack_from(">i", short, 20)[0] == created - 946684800, (short.hex(), created)
+f = entries["mode640.txt"]
+mode = f["reserved2"].get_value()
+print("mode640.txt mode", oct(mode), "ea_size", hex(f["ea_size"].get_value()))
+assert mode == 0o100640, oct(mode)
+assert f["ea_size"].get_value() == 0x001F01FF, hex(f["ea_size"].get_value())
+assert f["short_name_length"].get_value() == 24
+short = f["short_name"].get_value()
+assert struct.unpack_from("<Q", short)[0] == 0, short      # no resource fork
+assert short[8:20] == b"\0" * 12 and short[20:24] == b"\x80\0\0\0", short.hex()
+# Inode numbers are reused, macOS takes file ids for CNIDs: an AAPL connection sees 0.
+assert all(e["file_id"].get_value() == 0 for e in entries.values()), [e["file_id"].get_value() for e in entries.values()]
+d = entries["sub"]
+assert d["reserved2"].get_value() == 0o040755, oct(d["reserved2"].get_value())
+o.close()
+# A second query on the same connection is answered the same and changes nothing.
+o, got = open_root(tree, [aapl(struct.pack("<IIQQ", 1, 0, 1, 0))])
+assert struct.unpack_from("<IIQQ", got[0]) == (1, 0, 1, 5), got[0].hex()
+o.close()
+# A malformed context is refused; so is kAAPL_RESOLVE_ID, which Quarry does not offer.
+for bad in (query[:20], query + b"\0", struct.pack("<IIQ", 2, 0, 1234)):
+    try:
+        open_root(tree, [aapl(bad)])
+        raise SystemExit("accepted AAPL " + bad.hex())
+    except SMBResponseException as e:
+        assert e.status == 0xC000000D, hex(e.status)
+# Another connection without AAPL lists plain entries.
+o, got = open_root(connect())
+f = listing(o)["mode640.txt"]
+assert f["reserved2"].get_value() == 0 and f["ea_size"].get_value() == 0, (f["reserved2"], f["ea_size"])
+assert f["short_name_length"].get_value() == 0
+assert f["file_id"].get_value() != 0
+o.close()
+print("OK")
+"#;
+
+#[test]
+fn smbprotocol_aapl_negotiates_and_lists_apple_fields() {
+    use std::os::unix::fs::PermissionsExt;
+    let q = setup();
+    let share = q.data.join("pool/shares/data");
+    std::fs::write(share.join("mode640.txt"), b"x").unwrap();
+    std::fs::set_permissions(
+        share.join("mode640.txt"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
+    std::fs::create_dir(share.join("sub")).unwrap();
+    std::fs::set_permissions(share.join("sub"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = python(&q, SMBPROTOCOL_AAPL);
+    assert!(
+        out.contains("mac.txt short name area") && out.contains("OK"),
+        "{out}"
+    );
+    println!("{out}");
 }

@@ -1,7 +1,10 @@
 //! QUERY_DIRECTORY request (MS-SMB2 2.2.33) and the MS-FSCC 2.4 directory entry structures.
 //! Entries are 8-byte aligned and chained by NextEntryOffset; the encoder refuses an entry that
-//! would overflow the client's output buffer so the server can stop and resume later.
+//! would overflow the client's output buffer so the server can stop and resume later. For
+//! an Apple client that negotiated read-dir-attr, FileIdBothDirectoryInformation carries
+//! [`AppleDirInfo`] in its EaSize, ShortName and Reserved2 fields.
 
+use super::aapl::AppleDirInfo;
 use super::header::HEADER_LEN;
 use super::info::class;
 use super::wire::{len_u32, slice_at, utf16_len, utf16le, Put, Reader};
@@ -96,6 +99,9 @@ pub struct DirEntry {
     pub attrs: FileAttrs,
     /// Stable file id.
     pub file_id: u64,
+    /// The Apple fields, for a connection that negotiated AAPL read-dir-attr; only
+    /// FileIdBothDirectoryInformation carries them.
+    pub apple: Option<AppleDirInfo>,
 }
 
 /// Builds a chain of directory entries into one output buffer.
@@ -161,14 +167,23 @@ impl DirEncoder {
                 b.put_u8(0);
                 b.put_zeros(24);
             }
-            class::ID_BOTH_DIRECTORY => {
-                b.put_u32(0);
-                b.put_u8(0);
-                b.put_u8(0);
-                b.put_zeros(24);
-                b.put_u16(0);
-                b.put_u64(e.file_id);
-            }
+            class::ID_BOTH_DIRECTORY => match &e.apple {
+                // EaSize, ShortNameLength, Reserved1, ShortName, Reserved2 as macOS reads them.
+                Some(a) => {
+                    b.put_u32(a.max_access);
+                    b.extend_from_slice(&a.short_name_area());
+                    b.put_u16(a.unix_mode);
+                    b.put_u64(e.file_id);
+                }
+                None => {
+                    b.put_u32(0);
+                    b.put_u8(0);
+                    b.put_u8(0);
+                    b.put_zeros(24);
+                    b.put_u16(0);
+                    b.put_u64(e.file_id);
+                }
+            },
             class::ID_FULL_DIRECTORY => {
                 b.put_u32(0);
                 b.put_u32(0);
@@ -233,6 +248,32 @@ mod tests {
         assert_eq!(buf.len(), 112 + 104 + 6);
         assert_eq!(&buf[112..116], &[0, 0, 0, 0]);
         assert_eq!(&buf[112 + 96..112 + 104], &2u64.to_le_bytes());
+    }
+
+    #[test]
+    fn apple_fields_fill_id_both_entries() {
+        let mut enc = DirEncoder::new(class::ID_BOTH_DIRECTORY, 1000);
+        let mut apple = AppleDirInfo::plain(0x001F_01FF, 0o100_640);
+        apple.rfork_size = 7;
+        assert!(enc.push(&DirEntry {
+            name: "f".into(),
+            file_id: 9,
+            apple: Some(apple),
+            ..Default::default()
+        }));
+        let buf = enc.finish();
+        assert_eq!(buf.len(), 104 + 2);
+        // EaSize at 64: maximal access.
+        assert_eq!(&buf[64..68], &0x001F_01FFu32.to_le_bytes());
+        // ShortNameLength 24, Reserved1 0, ShortName: rfork size, FinderInfo.
+        assert_eq!(&buf[68..70], &[24, 0]);
+        assert_eq!(&buf[70..78], &7u64.to_le_bytes());
+        assert_eq!(&buf[78..90], &[0u8; 12]);
+        assert_eq!(&buf[90..94], &[0x80, 0, 0, 0]);
+        // Reserved2 at 94: the UNIX mode; then FileId and the name.
+        assert_eq!(&buf[94..96], &0o100_640u16.to_le_bytes());
+        assert_eq!(&buf[96..104], &9u64.to_le_bytes());
+        assert_eq!(&buf[104..106], &[b'f', 0]);
     }
 
     #[test]

@@ -14,8 +14,10 @@
 //! [`negotiate`]; [`session`] (session setup, logoff, tree connect); [`create`] (create,
 //! close); [`io`] (read, write, flush, lock, echo, notify, error); [`ioctl`]; [`dir`] (query
 //! directory); [`info`] (query/set info, file classes); [`fsinfo`]; [`status`] NTSTATUS codes;
-//! [`request`] the one-call decoder used by the server and the fuzz target.
+//! [`request`] the one-call decoder used by the server and the fuzz target; [`aapl`] the Apple
+//! `AAPL` create context.
 
+pub mod aapl;
 pub mod create;
 pub mod dir;
 pub mod durable;

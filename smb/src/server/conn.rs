@@ -101,6 +101,7 @@ pub async fn run_connection(
             peer,
             local,
             smb1_seen: false,
+            aapl: None,
         },
         backend,
         config,

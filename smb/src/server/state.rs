@@ -55,6 +55,8 @@ pub struct ConnState {
     pub local: std::net::SocketAddr,
     /// Whether an SMB1 negotiate already took place (a second is a protocol error).
     pub smb1_seen: bool,
+    /// What the first `AAPL` create context negotiated (Apple clients), if any.
+    pub aapl: Option<super::handlers::aapl::Negotiated>,
 }
 
 /// Where a session's authentication stands.

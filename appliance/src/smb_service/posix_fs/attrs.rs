@@ -172,6 +172,7 @@ pub fn file_info(st: &Stat, stored: &Stored) -> FileInfo {
         file_id: st.ino,
         nlink: st.nlink,
         is_dir,
+        unix_mode: st.mode,
     }
 }
 

@@ -13,10 +13,11 @@ use std::sync::Arc;
 
 use quarry_smb::vfs::names::validate_component;
 use quarry_smb::vfs::wildcard::Pattern;
-use quarry_smb::vfs::{DirCursor, DirEntry, FileInfo, FsError};
+use quarry_smb::vfs::{DirCursor, DirEntry, FileInfo, FsError, MacMetadata};
 
 use super::attrs;
 use super::resolve;
+use super::stream;
 use super::sys;
 use super::ShareInner;
 
@@ -41,6 +42,8 @@ pub struct PosixDirCursor {
     stream: Option<sys::DirStream>,
     phase: Phase,
     pushed_back: Vec<DirEntry>,
+    /// Read each entry's Apple stream metadata ([`DirCursor::want_mac_metadata`]).
+    mac: bool,
 }
 
 impl PosixDirCursor {
@@ -63,6 +66,7 @@ impl PosixDirCursor {
             stream: None,
             phase: Phase::Dot,
             pushed_back: Vec::new(),
+            mac: false,
         })
     }
 
@@ -76,8 +80,8 @@ impl PosixDirCursor {
         Ok(attrs::info_of(fd.as_fd(), &self.share.xattrs)?.1)
     }
 
-    /// Metadata of `name` in this directory, or `None` if it is to be hidden.
-    fn entry_info(&self, name: &str, d_type: u8) -> Result<Option<FileInfo>, FsError> {
+    /// The entry `name` of this directory, or `None` if it is to be hidden.
+    fn entry(&self, name: &str, d_type: u8) -> Result<Option<DirEntry>, FsError> {
         let cname = sys::cstr(name).map_err(|_| FsError::InvalidName(name.into()))?;
         let opened = if d_type == libc::DT_REG || d_type == libc::DT_DIR {
             sys::openat(
@@ -105,13 +109,30 @@ impl PosixDirCursor {
                 return Ok(sys::lstat_at(self.dir.as_fd(), &cname)
                     .ok()
                     .filter(|st| st.is_dir() || st.is_file())
-                    .map(|st| attrs::file_info(&st, &attrs::Stored::default())));
+                    .map(|st| DirEntry {
+                        name: name.to_string(),
+                        info: attrs::file_info(&st, &attrs::Stored::default()),
+                        mac: None,
+                    }));
             }
             // Vanished since readdir, dangling or escaping symlink, fifo, ...: hide it.
             Err(_) => return Ok(None),
         };
         let (st, info) = attrs::info_of(fd.as_fd(), &self.share.xattrs)?;
-        Ok((st.is_dir() || st.is_file()).then_some(info))
+        if !(st.is_dir() || st.is_file()) {
+            return Ok(None);
+        }
+        Ok(Some(DirEntry {
+            name: name.to_string(),
+            info,
+            mac: self.mac_of(fd.as_fd()),
+        }))
+    }
+
+    /// The Apple metadata of an open entry, when asked for.
+    fn mac_of(&self, fd: std::os::fd::BorrowedFd<'_>) -> Option<MacMetadata> {
+        self.mac
+            .then(|| stream::mac_metadata(fd, &self.share.xattrs))
     }
 
     fn next_from_disk(&mut self) -> Result<Option<DirEntry>, FsError> {
@@ -123,9 +144,7 @@ impl PosixDirCursor {
             let Some(stored) = resolve::lookup(&self.share.names, self.dir.as_fd(), &name)? else {
                 return Ok(None);
             };
-            return Ok(self
-                .entry_info(&stored, libc::DT_UNKNOWN)?
-                .map(|info| DirEntry { name: stored, info }));
+            return self.entry(&stored, libc::DT_UNKNOWN);
         }
         if self.stream.is_none() {
             self.stream = Some(
@@ -150,8 +169,8 @@ impl PosixDirCursor {
             if validate_component(&name).is_err() || !self.pattern.matches(&name) {
                 continue;
             }
-            if let Some(info) = self.entry_info(&name, raw.d_type)? {
-                return Ok(Some(DirEntry { name, info }));
+            if let Some(entry) = self.entry(&name, raw.d_type)? {
+                return Ok(Some(entry));
             }
         }
     }
@@ -171,6 +190,7 @@ impl DirCursor for PosixDirCursor {
                         return Ok(Some(DirEntry {
                             name: ".".into(),
                             info,
+                            mac: self.mac_of(self.dir.as_fd()),
                         }));
                     }
                 }
@@ -187,6 +207,7 @@ impl DirCursor for PosixDirCursor {
                         return Ok(Some(DirEntry {
                             name: "..".into(),
                             info,
+                            mac: None,
                         }));
                     }
                 }
@@ -207,5 +228,9 @@ impl DirCursor for PosixDirCursor {
             stream.rewind();
         }
         Ok(())
+    }
+
+    fn want_mac_metadata(&mut self) {
+        self.mac = true;
     }
 }

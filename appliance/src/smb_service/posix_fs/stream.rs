@@ -10,10 +10,11 @@ use std::ffi::CString;
 use std::os::fd::BorrowedFd;
 use std::sync::Mutex;
 
+use quarry_smb::proto::aapl::{AFP_INFO_LEN, AFP_INFO_STREAM, AFP_RESOURCE_STREAM};
 use quarry_smb::vfs::names::split_stream;
 use quarry_smb::vfs::{
-    attr, AllocatedRange, BasicInfoChange, DirCursor, FileInfo, FsError, FsFile, StoredDescriptor,
-    StreamInfo,
+    attr, AllocatedRange, BasicInfoChange, DirCursor, FileInfo, FsError, FsFile, MacMetadata,
+    StoredDescriptor, StreamInfo,
 };
 
 use super::attrs::XattrSupport;
@@ -87,6 +88,34 @@ fn value_len(fd: BorrowedFd<'_>, stream: &str) -> Result<u64, FsError> {
     match sys::fgetxattr(fd, &name, &mut []).map_err(io_err("size stream"))? {
         Some(n) => Ok(n as u64),
         None => Err(FsError::NotFound(format!("stream {stream:?}"))),
+    }
+}
+
+/// The Apple metadata kept in an open file's `AFP_Resource` and `AFP_AfpInfo` streams
+/// (found case-insensitively, like every stream lookup), for an AAPL client's listing.
+/// Unreadable streams count as absent: a listing never fails over Finder hints.
+pub fn mac_metadata(fd: BorrowedFd<'_>, xs: &XattrSupport) -> MacMetadata {
+    let Ok(names) = stream_names(fd, xs) else {
+        return MacMetadata::default();
+    };
+    let find = |want: &str| {
+        let folded = want.to_lowercase();
+        names.iter().find(|n| n.to_lowercase() == folded)
+    };
+    let rfork_size = find(AFP_RESOURCE_STREAM)
+        .and_then(|n| value_len(fd, n).ok())
+        .unwrap_or(0);
+    let afp_info = find(AFP_INFO_STREAM).and_then(|n| {
+        let mut buf = [0u8; AFP_INFO_LEN];
+        // A longer value fails with ERANGE: not an AfpInfo either.
+        match sys::fgetxattr(fd, &xattr_name(n).ok()?, &mut buf) {
+            Ok(Some(AFP_INFO_LEN)) => Some(buf.to_vec()),
+            _ => None,
+        }
+    });
+    MacMetadata {
+        rfork_size,
+        afp_info,
     }
 }
 

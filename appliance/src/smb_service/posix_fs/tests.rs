@@ -1220,6 +1220,48 @@ fn open_stream(fx: &Fixture, path: &str, name: &str, disposition: D) -> Result<O
 }
 
 #[test]
+fn listings_carry_apple_stream_metadata_when_asked() {
+    use std::os::unix::fs::PermissionsExt;
+    let fx = fixture();
+    open(&fx, "plain", D::Create).unwrap();
+    let afp: Vec<u8> = (0..60u8).collect();
+    let s = open_stream(&fx, "mac", "AFP_AfpInfo", D::Create).unwrap();
+    s.file.write_at(0, &afp, false).unwrap();
+    // Stream names fold case, as every stream lookup does.
+    let r = open_stream(&fx, "mac", "afp_resource", D::Create).unwrap();
+    r.file.write_at(0, &[7u8; 300], false).unwrap();
+    let odd = open_stream(&fx, "odd", "AFP_AfpInfo", D::Create).unwrap();
+    odd.file.write_at(0, &[1u8; 61], false).unwrap();
+    fs::set_permissions(fx.root.join("plain"), fs::Permissions::from_mode(0o604)).unwrap();
+    let root = open(&fx, "", D::Open).unwrap();
+    let entries = |mac: bool| {
+        let mut c = root.file.list_dir("*").unwrap();
+        if mac {
+            c.want_mac_metadata();
+        }
+        let mut out = std::collections::BTreeMap::new();
+        while let Some(e) = c.next_entry().unwrap() {
+            out.insert(e.name.clone(), e);
+        }
+        out
+    };
+    let plain = entries(false);
+    assert!(plain.values().all(|e| e.mac.is_none()));
+    assert_eq!(plain["plain"].info.unix_mode, 0o100_604);
+    let mac = entries(true);
+    let m = mac["mac"].mac.clone().unwrap();
+    assert_eq!(m.rfork_size, 300);
+    assert_eq!(m.afp_info, Some(afp));
+    assert_eq!(mac["plain"].mac, Some(Default::default()));
+    assert_eq!(
+        mac["odd"].mac.clone().unwrap().afp_info,
+        None,
+        "not 60 bytes"
+    );
+    assert!(mac["."].mac.is_some() && mac[".."].mac.is_none());
+}
+
+#[test]
 fn streams_live_in_their_file_and_follow_dispositions() {
     let fx = fixture();
     assert_eq!(

@@ -1,5 +1,5 @@
 //! CREATE and CLOSE (MS-SMB2 3.3.5.9, 3.3.5.10): access mapping, read-only shares,
-//! delete-on-close, MxAc/QFid create contexts, durable handles (granted here, kept by
+//! delete-on-close, MxAc/QFid/AAPL create contexts, durable handles (granted here, kept by
 //! [`crate::server::durable`], reclaimed by a reconnect context), named pipes on IPC$.
 
 use crate::notify;
@@ -244,7 +244,8 @@ async fn replay_open(
         contexts.push((CTX_MXAC, mxac_response(status::SUCCESS, access)));
     }
     if req.context(CTX_QFID).is_some() {
-        contexts.push((CTX_QFID, qfid_response(info.file_id, 0)));
+        let id = super::aapl::client_file_id(conn.state.aapl, info.file_id);
+        contexts.push((CTX_QFID, qfid_response(id, 0)));
     }
     let mut oplock_level = req.oplock_level;
     if let (Some(l), Some(g)) = (&lease, held) {
@@ -339,6 +340,7 @@ async fn create_open(
     if req.name.starts_with('\\') {
         return Err(status::INVALID_PARAMETER);
     }
+    let aapl = super::aapl::server_query(conn, &req)?;
     if req.impersonation_level > MAX_IMPERSONATION_LEVEL {
         return Err(status::BAD_IMPERSONATION_LEVEL);
     }
@@ -612,7 +614,13 @@ async fn create_open(
         contexts.push((CTX_MXAC, mxac_response(status::SUCCESS, gate.maximal())));
     }
     if req.context(CTX_QFID).is_some() {
-        contexts.push((CTX_QFID, qfid_response(opened.info.file_id, 0)));
+        // The CREATE that negotiates AAPL already answers as an AAPL connection.
+        let negotiated = conn.state.aapl.or(aapl.as_ref().map(|a| a.0));
+        let id = super::aapl::client_file_id(negotiated, opened.info.file_id);
+        contexts.push((CTX_QFID, qfid_response(id, 0)));
+    }
+    if let Some((_, data)) = &aapl {
+        contexts.push(super::aapl::response_context(data.clone()));
     }
     let lease = lease_request(conn, &req);
     let parent_lease_key = lease
@@ -711,6 +719,9 @@ async fn create_open(
             Ok(())
         })
         .await?;
+    }
+    if let Some((negotiated, _)) = aapl {
+        super::aapl::commit(conn, negotiated);
     }
     answer_open(conn, ctx, open, &resp)
 }

@@ -1,16 +1,22 @@
 //! QUERY_DIRECTORY (MS-SMB2 3.3.5.18): resumable enumeration through a [`crate::vfs::DirCursor`]
-//! kept in the open, bounded by the client's output buffer.
+//! kept in the open, bounded by the client's output buffer. A connection that negotiated
+//! AAPL read-dir-attr gets the Apple fields in FileIdBothDirectoryInformation entries.
 
+use crate::proto::aapl::AppleDirInfo;
 use crate::proto::dir::{
     is_directory_class, DirEncoder, DirEntry, QueryDirectoryRequest, MAX_QUERY_DIRECTORY_OUTPUT,
     REOPEN, RESTART_SCANS, RETURN_SINGLE_ENTRY,
 };
+use crate::proto::info::class;
 use crate::proto::io::encode_buffer_response;
 use crate::proto::status;
 
+use super::tree::{ACCESS_ALL, ACCESS_READ};
 use super::{attrs_of, blocking, file_of};
 use crate::server::conn::Connection;
 use crate::server::dispatch::{Ctx, HResult, Reply};
+use crate::server::state::TreeKind;
+use crate::vfs::{filetime_to_unix, DirEntry as VfsDirEntry};
 
 /// Handles QUERY_DIRECTORY.
 pub async fn query_directory(
@@ -26,6 +32,8 @@ pub async fn query_directory(
         .credits
         .check_charge(ctx.hdr.credit_charge, u64::from(limit))
         .map_err(|_| status::INVALID_PARAMETER)?;
+    let apple_access = apple_max_access(conn, ctx, req.class)?;
+    let negotiated = conn.state.aapl;
     let open = super::open(conn, ctx, req.file_id)?;
     if !open.is_dir {
         return Err(status::INVALID_PARAMETER);
@@ -56,6 +64,9 @@ pub async fn query_directory(
             }
             None => f.list_dir(&pattern)?,
         };
+        if apple_access.is_some() {
+            cursor.want_mac_metadata();
+        }
         let mut enc = DirEncoder::new(class, usize::try_from(limit).unwrap_or(0));
         let mut ended = false;
         loop {
@@ -66,7 +77,8 @@ pub async fn query_directory(
             let de = DirEntry {
                 name: e.name.clone(),
                 attrs: attrs_of(&e.info),
-                file_id: e.info.file_id,
+                file_id: super::aapl::client_file_id(negotiated, e.info.file_id),
+                apple: apple_access.map(|a| apple_info(a, &e)),
             };
             if !enc.push(&de) {
                 cursor.unread(e);
@@ -101,4 +113,39 @@ pub async fn query_directory(
     let mut body = Vec::with_capacity(buf.len() + 8);
     encode_buffer_response(&mut body, &buf);
     Ok(Reply::ok(body))
+}
+
+/// The maximal access to report in Apple listing entries, or `None` when this listing
+/// carries no Apple fields (not negotiated, or another class). It is the tree's bound (read
+/// only on a read-only share): a stored security descriptor may allow less, which the
+/// open itself then enforces; reading every entry's descriptor would cost a listing the
+/// round trips this extension exists to save.
+fn apple_max_access(
+    conn: &mut Connection,
+    ctx: &Ctx<'_>,
+    info_class: u8,
+) -> Result<Option<u32>, u32> {
+    if info_class != class::ID_BOTH_DIRECTORY || !conn.state.aapl.is_some_and(|a| a.read_dir_attr())
+    {
+        return Ok(None);
+    }
+    let read_only = match &super::tree(conn, ctx)?.kind {
+        TreeKind::Disk { read_only, .. } => *read_only,
+        TreeKind::Ipc => true,
+    };
+    Ok(Some(if read_only { ACCESS_READ } else { ACCESS_ALL }))
+}
+
+/// The Apple fields of a listed entry.
+fn apple_info(max_access: u32, e: &VfsDirEntry) -> AppleDirInfo {
+    let plain = AppleDirInfo::plain(max_access, e.info.unix_mode);
+    match &e.mac {
+        Some(m) => plain.with_mac_metadata(
+            m.rfork_size,
+            m.afp_info.as_deref(),
+            !e.info.is_dir,
+            filetime_to_unix(e.info.creation_time).0,
+        ),
+        None => plain,
+    }
 }

@@ -199,7 +199,7 @@ pub async fn query_info(
                 .into_iter()
                 .map(|s| (s.name, s.size, s.allocation))
                 .collect();
-            facts.file_index = info.file_id;
+            facts.file_index = super::aapl::client_file_id(conn.state.aapl, info.file_id);
             facts.links = info.nlink;
             facts.name = format!("\\{path}");
             let data = match encode_file_info(req.class, &attrs_of(&info), &facts) {

@@ -1,6 +1,7 @@
 //! One handler module per command family. Each takes the connection, the request context and
 //! the decoded request, and returns a [`super::dispatch::HResult`].
 
+pub mod aapl;
 pub mod copychunk;
 pub mod create;
 pub mod dir;
