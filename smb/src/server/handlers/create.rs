@@ -579,6 +579,9 @@ async fn create_open(
         Want::Lease { .. } => conn.shared.lease_sink(conn.client_guid(), &conn.breaks),
         _ => crate::server::shared::BreakSink::to(conn.breaks.clone()),
     };
+    let dir_leasing = conn.state.negotiated.as_ref().is_some_and(|n| {
+        n.server_capabilities & crate::proto::negotiate::CAP_DIRECTORY_LEASING != 0
+    });
     let granted = {
         let mut oplocks = share_state.oplocks();
         let same_lease = lease_key.map_or(0, |k| oplocks.opens_of_lease(inode, &k));
@@ -591,8 +594,10 @@ async fn create_open(
                 session_id: ctx.session_id,
             },
             // A stat open of an existing file gets no oplock (MS-FSA; leases are still
-            // granted); one that created the file does, as on Windows and Samba.
+            // granted); one that created the file does, as on Windows and Samba. A
+            // directory is leased only on a connection that negotiated directory leasing.
             match want {
+                Want::Lease { .. } if opened.info.is_dir && !dir_leasing => Want::Nothing,
                 Want::Oplock(_)
                     if attributes_only && opened.action != vfs::CreateAction::Created =>
                 {

@@ -51,9 +51,13 @@ pub fn negotiate(conn: &mut Connection, ctx: &mut Ctx<'_>, req: NegotiateRequest
     }
     if dialect >= DIALECT_300 {
         // Further connections of the client may bind to its sessions (server::channel).
-        caps |= CAP_MULTI_CHANNEL
-            | crate::proto::negotiate::CAP_PERSISTENT_HANDLES
-            | crate::proto::negotiate::CAP_DIRECTORY_LEASING;
+        caps |= CAP_MULTI_CHANNEL | crate::proto::negotiate::CAP_PERSISTENT_HANDLES;
+        // Directory leases only for clients that say they understand them (as Samba):
+        // impacket 0.13, which does not, fails every CREATE in the share root when a
+        // server offers them.
+        if req.capabilities & crate::proto::negotiate::CAP_DIRECTORY_LEASING != 0 {
+            caps |= crate::proto::negotiate::CAP_DIRECTORY_LEASING;
+        }
     }
     let mut cipher = None;
     let mut signing = match dialect {
