@@ -366,11 +366,16 @@ got = o.create(ImpersonationLevel.Impersonation,
 resp = [x for x in (got or []) if type(x).__name__ == "SMB2CreateDurableHandleResponseV2"]
 assert resp and resp[0]["flags"].get_value() & 2, "no persistent handle granted: %r" % got
 o.write(b"A" * 1048576, 0)
+from smbprotocol.open import SMB2LockElement, LockFlags
+e = SMB2LockElement(); e["offset"] = 0; e["length"] = 4096
+e["flags"] = LockFlags.SMB2_LOCKFLAG_EXCLUSIVE_LOCK | LockFlags.SMB2_LOCKFLAG_FAIL_IMMEDIATELY
+o.lock([e])
 print("FILEID", o.file_id.hex())
 os._exit(0)
 "#;
 
-/// Phase two: after the restart, the same client reclaims the handle and goes on.
+/// Phase two: after the restart, the same client reclaims the handle and goes on; its
+/// byte-range lock held all along.
 const SMBPROTOCOL_PERSISTENT_RECLAIM: &str = r#"
 import os, uuid
 from smbprotocol.connection import Connection
@@ -390,7 +395,25 @@ def open_plain(tree):
     o.create(ImpersonationLevel.Impersonation, FilePipePrinterAccessMask.GENERIC_WRITE,
              FileAttributes.FILE_ATTRIBUTE_NORMAL, ShareAccess.FILE_SHARE_READ,
              CreateDisposition.FILE_OPEN, CreateOptions.FILE_NON_DIRECTORY_FILE)
+def open_reader(tree):
+    o = Open(tree, "ckpt.bin")
+    o.create(ImpersonationLevel.Impersonation, FilePipePrinterAccessMask.GENERIC_READ,
+             FileAttributes.FILE_ATTRIBUTE_NORMAL, ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE,
+             CreateDisposition.FILE_OPEN, CreateOptions.FILE_NON_DIRECTORY_FILE)
+    return o
+def lock_conflict(o, offset):
+    try:
+        o.read(offset, 4096)
+        return False
+    except SMBResponseException as e:
+        assert e.status == 0xC0000054, hex(e.status)
+        return True
 tree = connect(client)
+# The restored handle still holds its byte-range lock: another client's read of the
+# locked range conflicts, a read beside it does not.
+reader = open_reader(connect(uuid.uuid4()))
+assert lock_conflict(reader, 0), "the exclusive lock was lost in the restart"
+assert not lock_conflict(reader, 8192)
 # The restored handle still holds its share mode: another writer is refused.
 try:
     open_plain(connect(uuid.uuid4()))
@@ -410,6 +433,12 @@ assert o.file_id.hex() == os.environ["FILEID"], (o.file_id.hex(), os.environ["FI
 o.write(b"B" * 1048576, 1048576)
 back = o.read(0, 1048576) + o.read(1048576, 1048576)
 assert back == b"A" * 1048576 + b"B" * 1048576, "data differs after the restart"
+# The owner, reclaimed, still owns the lock and releases it.
+from smbprotocol.open import SMB2LockElement, LockFlags
+u = SMB2LockElement(); u["offset"] = 0; u["length"] = 4096; u["flags"] = LockFlags.SMB2_LOCKFLAG_UNLOCK
+o.lock([u])
+assert not lock_conflict(reader, 0), "unlocked, yet the range still conflicts"
+reader.close()
 o.close()
 # Closed for good: the file is free again.
 open_plain(connect(uuid.uuid4()))

@@ -183,6 +183,18 @@ const MIGRATIONS: &[&str] = &[
         created_at    INTEGER NOT NULL
     );
     "#,
+    // 10: the byte-range locks persistent handles hold.
+    r#"
+    CREATE TABLE persistent_open_locks (
+        persistent_id INTEGER NOT NULL REFERENCES persistent_opens(persistent_id)
+                      ON DELETE CASCADE,
+        seq           INTEGER NOT NULL,
+        offset        INTEGER NOT NULL,
+        length        INTEGER NOT NULL,
+        exclusive     INTEGER NOT NULL,
+        PRIMARY KEY (persistent_id, seq)
+    );
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -4,7 +4,7 @@
 
 use rusqlite::params;
 
-use quarry_smb::server::durable::PersistedOpen;
+use quarry_smb::server::durable::{PersistedLock, PersistedOpen, MAX_PERSISTED_LOCKS};
 
 use super::{now, Db, DbResult};
 
@@ -45,12 +45,55 @@ impl Db {
                 now()
             ],
         )?;
+        conn.execute(
+            "DELETE FROM persistent_open_locks WHERE persistent_id = ?1",
+            [o.persistent_id as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Replaces the byte-range locks recorded with persistent handle `persistent_id` (a
+    /// handle no longer recorded keeps none; beyond [`MAX_PERSISTED_LOCKS`] the rest are
+    /// not kept).
+    pub fn persist_open_locks(&self, persistent_id: u64, locks: &[PersistedLock]) -> DbResult<()> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "DELETE FROM persistent_open_locks WHERE persistent_id = ?1",
+            [persistent_id as i64],
+        )?;
+        let known: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM persistent_opens WHERE persistent_id = ?1",
+            [persistent_id as i64],
+            |r| r.get(0),
+        )?;
+        if known > 0 {
+            for (seq, l) in locks.iter().take(MAX_PERSISTED_LOCKS).enumerate() {
+                tx.execute(
+                    "INSERT INTO persistent_open_locks(persistent_id, seq, offset, length, exclusive)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![
+                        persistent_id as i64,
+                        seq as i64,
+                        l.offset as i64,
+                        l.length as i64,
+                        l.exclusive
+                    ],
+                )?;
+            }
+        }
+        tx.commit()?;
         Ok(())
     }
 
     /// Forgets a persistent handle.
     pub fn forget_persisted_open(&self, persistent_id: u64) -> DbResult<()> {
-        self.lock().execute(
+        let conn = self.lock();
+        conn.execute(
+            "DELETE FROM persistent_open_locks WHERE persistent_id = ?1",
+            [persistent_id as i64],
+        )?;
+        conn.execute(
             "DELETE FROM persistent_opens WHERE persistent_id = ?1",
             [persistent_id as i64],
         )?;
@@ -75,9 +118,28 @@ impl Db {
                 access: r.get(6)?,
                 share_access: r.get(7)?,
                 timeout_ms: r.get(8)?,
+                locks: Vec::new(),
             })
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        let mut opens = rows.collect::<Result<Vec<_>, _>>()?;
+        let mut stmt = conn.prepare(
+            "SELECT offset, length, exclusive FROM persistent_open_locks
+             WHERE persistent_id = ?1 ORDER BY seq LIMIT ?2",
+        )?;
+        for o in &mut opens {
+            let locks = stmt.query_map(
+                params![o.persistent_id as i64, MAX_PERSISTED_LOCKS as i64],
+                |r| {
+                    Ok(PersistedLock {
+                        offset: r.get::<_, i64>(0)? as u64,
+                        length: r.get::<_, i64>(1)? as u64,
+                        exclusive: r.get(2)?,
+                    })
+                },
+            )?;
+            o.locks = locks.collect::<Result<Vec<_>, _>>()?;
+        }
+        Ok(opens)
     }
 }
 
@@ -98,10 +160,32 @@ mod tests {
             access: 0x0012_019F,
             share_access: 1,
             timeout_ms: 60_000,
+            locks: Vec::new(),
         };
         db.persist_open(&o).expect("persist");
         db.persist_open(&o).expect("persist again replaces");
         assert_eq!(db.persisted_opens().expect("list"), vec![o.clone()]);
+        // Locks are kept whole (offsets past i64::MAX too) and replaced as they change.
+        let locks = vec![
+            PersistedLock {
+                offset: u64::MAX - 10,
+                length: 10,
+                exclusive: true,
+            },
+            PersistedLock {
+                offset: 0,
+                length: 0,
+                exclusive: false,
+            },
+        ];
+        db.persist_open_locks(o.persistent_id, &locks)
+            .expect("locks");
+        assert_eq!(db.persisted_opens().expect("list")[0].locks, locks);
+        db.persist_open_locks(o.persistent_id, &locks[1..])
+            .expect("fewer");
+        assert_eq!(db.persisted_opens().expect("list")[0].locks, &locks[1..]);
+        db.persist_open_locks(12345, &locks)
+            .expect("an unknown handle keeps none");
         db.forget_persisted_open(o.persistent_id).expect("forget");
         assert!(db.persisted_opens().expect("list").is_empty());
     }

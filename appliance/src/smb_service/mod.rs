@@ -202,6 +202,16 @@ impl Backend for AppBackend {
         }
     }
 
+    fn persist_open_locks(
+        &self,
+        persistent_id: u64,
+        locks: &[quarry_smb::server::durable::PersistedLock],
+    ) {
+        if let Err(e) = self.state.db.persist_open_locks(persistent_id, locks) {
+            tracing::warn!(error = %e, "could not record a persistent handle's locks");
+        }
+    }
+
     fn forget_persisted_open(&self, persistent_id: u64) {
         if let Err(e) = self.state.db.forget_persisted_open(persistent_id) {
             tracing::error!(error = %e, "forgetting a persistent handle failed");

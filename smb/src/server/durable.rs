@@ -4,7 +4,9 @@
 //! and oplock or lease, is kept here for its timeout; a CREATE with a reconnect context
 //! from the same user (and, for v2, the same CreateGuid) takes it back on a new session.
 //! An open another client needs (a conflicting CREATE) or one whose timeout passes is
-//! closed. Persistent handles (continuously available shares) are not offered.
+//! closed. Persistent handles (continuously available shares) are also recorded through
+//! the `Backend`, with the byte-range locks they hold, so that a restarted server restores
+//! them, locks included, for their client to reclaim.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -44,6 +46,43 @@ pub struct PersistedOpen {
     pub share_access: u32,
     /// Durable timeout in milliseconds.
     pub timeout_ms: u32,
+    /// The byte-range locks it holds.
+    pub locks: Vec<PersistedLock>,
+}
+
+/// A byte-range lock a persistent handle holds, kept with it across restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PersistedLock {
+    /// First byte.
+    pub offset: u64,
+    /// Length.
+    pub length: u64,
+    /// Exclusive (write) rather than shared.
+    pub exclusive: bool,
+}
+
+/// Most locks restored per persistent handle (a record with more is cut short).
+pub const MAX_PERSISTED_LOCKS: usize = 4096;
+
+/// Records the locks persistent open `id` of `file` holds now, through `share`'s backend.
+/// Blocking (a database write): run it from the blocking pool. Serialized per share, and
+/// each call writes the state current when it runs, so the last write is the newest.
+pub fn save_locks(share: &super::shared::ShareState, file: u64, id: u64) {
+    let Some(backend) = share.backend.get() else {
+        return;
+    };
+    let _order = share.lock_persist_order();
+    let held: Vec<PersistedLock> = share
+        .locks()
+        .held_by(file, id)
+        .into_iter()
+        .map(|l| PersistedLock {
+            offset: l.range.offset,
+            length: l.range.length,
+            exclusive: l.exclusive,
+        })
+        .collect();
+    backend.persist_open_locks(id, &held);
 }
 
 /// What made an open durable.
@@ -272,6 +311,23 @@ async fn restore_one(
             .try_open(inode, id, mode, false)
             .map_err(|_| RestoreError::ShareMode)?;
         modes.set_path(inode, id, &r.path);
+    }
+    let locks: Vec<crate::share_mode::LockRequest> = r
+        .locks
+        .iter()
+        .take(MAX_PERSISTED_LOCKS)
+        .map(|l| crate::share_mode::LockRequest {
+            range: crate::share_mode::LockRange {
+                offset: l.offset,
+                length: l.length,
+            },
+            exclusive: l.exclusive,
+        })
+        .collect();
+    if !locks.is_empty() {
+        if let Err(e) = share.locks().lock(inode, id, &locks) {
+            tracing::warn!(path = %r.path, error = ?e, "a persistent handle's locks could not be restored");
+        }
     }
     let file_id = crate::proto::FileId {
         persistent: id,

@@ -269,6 +269,9 @@ pub trait Backend: Send + Sync + 'static {
     /// from the blocking pool when one is granted. The default keeps nothing (handles
     /// then only survive lost connections).
     fn persist_open(&self, _open: &durable::PersistedOpen) {}
+    /// Replaces the byte-range locks recorded with persistent handle `persistent_id`;
+    /// called from the blocking pool after each change, before the client hears of it.
+    fn persist_open_locks(&self, _persistent_id: u64, _locks: &[durable::PersistedLock]) {}
     /// Forgets the persistent handle `persistent_id` (closed, expired or replaced).
     fn forget_persisted_open(&self, _persistent_id: u64) {}
     /// The persistent handles recorded before a restart.

@@ -29,6 +29,8 @@ pub enum Wait {
         open: u64,
         /// The locks, all or nothing.
         locks: Vec<LockRequest>,
+        /// The open is a persistent handle: its locks are recorded once granted.
+        persistent: bool,
     },
     /// A CHANGE_NOTIFY waiting for changes under its directory.
     Notify {
@@ -144,8 +146,18 @@ impl PendingOp {
                 inode,
                 open,
                 locks,
+                persistent,
             } => match share.locks().lock(*inode, *open, locks) {
-                Ok(()) => Some(crate::proto::status::SUCCESS),
+                Ok(()) => {
+                    if *persistent {
+                        // Recorded in the background: a poll cannot wait for the database.
+                        let (share, inode, open) = (share.clone(), *inode, *open);
+                        tokio::task::spawn_blocking(move || {
+                            crate::server::durable::save_locks(&share, inode, open)
+                        });
+                    }
+                    Some(crate::proto::status::SUCCESS)
+                }
                 Err(crate::share_mode::LockError::NotGranted) => None,
                 Err(e) => Some(e.nt_status()),
             },

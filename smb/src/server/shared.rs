@@ -67,6 +67,8 @@ pub struct ShareState {
     outside_inbox: Arc<Mutex<OutsideInbox>>,
     /// The backend's watcher over the watched directories.
     outside: Mutex<OutsideWatch>,
+    /// Serializes writes of persistent handles' locks (see `durable::save_locks`).
+    lock_persist: Mutex<()>,
 }
 
 /// Changes made outside the server, not yet recorded.
@@ -191,6 +193,11 @@ impl ShareState {
             t.break_parent(path, actor, std::time::Instant::now())
         };
         deliver(notices);
+    }
+
+    /// Held while a persistent handle's locks are read and written to the backend.
+    pub fn lock_persist_order(&self) -> MutexGuard<'_, ()> {
+        self.lock_persist.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The CreateGuids of durable v2 CREATEs (replay detection).

@@ -474,6 +474,20 @@ impl LockManager {
         }
     }
 
+    /// The locks `open` holds on `file`, oldest first (kept with persistent handles).
+    pub fn held_by(&self, file: FileKey, open: OpenId) -> Vec<LockRequest> {
+        self.files.get(&file).map_or_else(Vec::new, |f| {
+            f.held
+                .iter()
+                .filter(|h| h.open == open)
+                .map(|h| LockRequest {
+                    range: h.range,
+                    exclusive: h.exclusive,
+                })
+                .collect()
+        })
+    }
+
     /// Number of locks held on a file (for tests and diagnostics).
     pub fn held_count(&self, file: FileKey) -> usize {
         self.files.get(&file).map_or(0, |f| f.held.len())

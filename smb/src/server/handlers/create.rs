@@ -717,6 +717,7 @@ async fn create_open(
             access,
             share_access: req.share_access,
             timeout_ms: u32::try_from(d.timeout.as_millis()).unwrap_or(u32::MAX),
+            locks: Vec::new(),
         };
         let backend = conn.backend.clone();
         blocking(move || {

@@ -218,6 +218,7 @@ async fn lock_ranges(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest)
     let open = super::open(conn, ctx, req.file_id)?;
     let share = open.share.clone().ok_or(status::INVALID_DEVICE_REQUEST)?;
     let (inode, id, lease_key) = (open.inode, open.file_id.volatile, open.lease_key);
+    let persistent = open.durable.is_some_and(|d| d.persistent);
     let elements = || req.locks.iter().map(|l| (l.offset, l.length, l.flags));
     // An unlock-first request is processed element by element (MS-SMB2 3.3.5.14.1): the
     // unlocks before a bad element stay done, and an unlock failure wins over the bad flag.
@@ -226,6 +227,9 @@ async fn lock_ranges(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest)
             .locks()
             .unlock(inode, id, &ranges)
             .map_err(|e| e.nt_status())?;
+        if persistent {
+            save_persistent_locks(&share, inode, id).await;
+        }
         if let Some(e) = bad {
             return Err(e.nt_status());
         }
@@ -253,6 +257,7 @@ async fn lock_ranges(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest)
                             inode,
                             open: id,
                             locks,
+                            persistent,
                         }),
                         ..Reply::default()
                     });
@@ -261,9 +266,26 @@ async fn lock_ranges(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest)
             }
         }
     }
+    if persistent {
+        save_persistent_locks(&share, inode, id).await;
+    }
     let mut body = Vec::new();
     encode_empty_response(&mut body);
     Ok(Reply::ok(body))
+}
+
+/// Records a persistent handle's locks before its client hears the LOCK succeeded.
+async fn save_persistent_locks(
+    share: &std::sync::Arc<crate::server::shared::ShareState>,
+    inode: u64,
+    id: u64,
+) {
+    let share = share.clone();
+    let _ = blocking(move || {
+        crate::server::durable::save_locks(&share, inode, id);
+        Ok(())
+    })
+    .await;
 }
 
 /// Checks a read or write against other opens' byte-range locks.
