@@ -6,7 +6,9 @@
 //! each channel carried a real share of the bytes (counted on the server's sockets).
 //! Then one channel's TCP connection is destroyed (`ss -K`) in the middle of a second copy:
 //! the session and its open live on over the remaining channel, the blocks that failed on
-//! the lost one are sent again over it, and the file reads back intact.
+//! the lost one are sent again over it, and the file reads back intact. The same holds
+//! when the connection cut is the one that set the session up: the other channel adopts
+//! the session.
 
 use std::net::IpAddr;
 use std::process::Command;
@@ -53,9 +55,14 @@ fn received_at(channels: &[Value], ip: &str) -> u64 {
 }
 
 /// Writes `data` in blocks, block `i` over `lanes[i % lanes.len()]`, [`IN_FLIGHT`] at a
-/// time; a block whose channel fails is sent again over the first channel (the one the
-/// session was set up on). Returns how many blocks had to be sent again.
-async fn write_spread(file: Arc<smb::File>, data: Arc<Vec<u8>>, lanes: Vec<u32>) -> usize {
+/// time; a block whose channel fails is sent again over channel `fallback`. Returns how
+/// many blocks had to be sent again.
+async fn write_spread(
+    file: Arc<smb::File>,
+    data: Arc<Vec<u8>>,
+    lanes: Vec<u32>,
+    fallback: u32,
+) -> usize {
     let blocks: Vec<usize> = (0..data.len().div_ceil(BLOCK)).collect();
     let mut resent = 0;
     for window in blocks.chunks(IN_FLIGHT) {
@@ -67,7 +74,7 @@ async fn write_spread(file: Arc<smb::File>, data: Arc<Vec<u8>>, lanes: Vec<u32>)
                 let at = b * BLOCK;
                 let end = (at + BLOCK).min(data.len());
                 // The crate does not fail requests left on a connection that died: give
-                // each block a deadline and send it again over the first channel after it.
+                // each block a deadline and send it again over the fallback after it.
                 let r = tokio::time::timeout(
                     BLOCK_DEADLINE,
                     file.write_at_channel(&data[at..end], at as u64, Some(lane)),
@@ -82,9 +89,9 @@ async fn write_spread(file: Arc<smb::File>, data: Arc<Vec<u8>>, lanes: Vec<u32>)
                 let at = b * BLOCK;
                 let end = (at + BLOCK).min(data.len());
                 let n = file
-                    .write_at_channel(&data[at..end], at as u64, Some(lanes[0]))
+                    .write_at_channel(&data[at..end], at as u64, Some(fallback))
                     .await
-                    .unwrap_or_else(|e| panic!("block {b} failed on the first channel too: {e}"));
+                    .unwrap_or_else(|e| panic!("block {b} failed on the fallback too: {e}"));
                 assert_eq!(n, end - at, "short write of block {b}");
             }
         }
@@ -193,7 +200,7 @@ fn copies_spread_over_two_channels_and_survive_losing_one() {
                 .expect("create")
                 .unwrap_file(),
         );
-        let resent = write_spread(file.clone(), data.clone(), lanes.clone()).await;
+        let resent = write_spread(file.clone(), data.clone(), lanes.clone(), lanes[0]).await;
         assert_eq!(resent, 0, "no channel was cut, nothing is sent again");
         // (The crate's reads stop at the size the open reported: read from a new open.)
         let reader = open_existing(&client, &path).await;
@@ -215,7 +222,12 @@ fn copies_spread_over_two_channels_and_survive_losing_one() {
 
         // A second copy, with the 127.0.0.2 channel cut in the middle.
         let data2 = Arc::new(xorshift_bytes(FILE_LEN, 11));
-        let writer = tokio::spawn(write_spread(file.clone(), data2.clone(), lanes.clone()));
+        let writer = tokio::spawn(write_spread(
+            file.clone(),
+            data2.clone(),
+            lanes.clone(),
+            lanes[0],
+        ));
         let half = (FILE_LEN / 2) as u64;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while received_at(&listed_channels(&q), "127.0.0.2") < other + half / 2 {
@@ -245,5 +257,124 @@ fn copies_spread_over_two_channels_and_survive_losing_one() {
         let back = read_spread(&reopened, FILE_LEN, &lanes[..1]).await;
         assert!(back == *data2, "reopened file differs");
         reopened.close().await.expect("close");
+    });
+}
+
+/// Losing the connection that set the session up (its owner) in the middle of a copy: the
+/// channel over 127.0.0.2 adopts the session, the blocks lost with the owner are sent again
+/// over it, and the open, on the remaining channel, reads the whole file back.
+#[test]
+fn the_session_outlives_the_connection_that_set_it_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let second: IpAddr = [127, 0, 0, 2].into();
+    let q = QuarryProcess::start_with_smb_also(&dir.path().join("data"), &[], &[second])
+        .expect("quarry starts");
+    let api = q.admin().unwrap();
+    let (s, b) = api
+        .post("/api/v1/users", &json!({"name": USER, "password": PASS}))
+        .unwrap();
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = api
+        .post("/api/v1/shares", &json!({"name": "lanes"}))
+        .unwrap();
+    assert_eq!(s, 201, "{b}");
+    let port = q.smb.port();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = Client::new(ClientConfig {
+            connection: ConnectionConfig {
+                multichannel: MultiChannelConfig::Always,
+                port: Some(port),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let share = UncPath::from_str(&format!(r"\\127.0.0.1:{port}\lanes")).unwrap();
+        client
+            .share_connect(&share, USER, PASS.to_string())
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e}\n{}", q.log_text()));
+        let mut lanes: Vec<u32> = client
+            .get_channels(&share)
+            .await
+            .expect("channels")
+            .into_keys()
+            .collect();
+        lanes.sort_unstable();
+        assert_eq!(lanes.len(), 2, "two channels\n{}", q.log_text());
+        let (owner_lane, other_lane) = (lanes[0], lanes[1]);
+        let path = share.clone().with_path("adopted.bin");
+        // The file is made full size first: the crate reads no further than the size its
+        // open reported.
+        let data = Arc::new(xorshift_bytes(FILE_LEN, 21));
+        let file = Arc::new(
+            client
+                .create_file(
+                    &path,
+                    &FileCreateArgs::make_overwrite(Default::default(), Default::default()),
+                )
+                .await
+                .expect("create")
+                .unwrap_file(),
+        );
+        let zeros = Arc::new(vec![0u8; FILE_LEN]);
+        write_spread(file.clone(), zeros, vec![owner_lane], owner_lane).await;
+        file.close().await.expect("close");
+        let file = Arc::new(
+            client
+                .create_file(
+                    &path,
+                    &FileCreateArgs::make_open_existing(
+                        FileAccessMask::new()
+                            .with_generic_read(true)
+                            .with_generic_write(true),
+                    ),
+                )
+                .await
+                .expect("open existing")
+                .unwrap_file(),
+        );
+        let before = received_at(&listed_channels(&q), "127.0.0.1");
+        let writer = tokio::spawn(write_spread(
+            file.clone(),
+            data.clone(),
+            lanes.clone(),
+            other_lane,
+        ));
+        let half = (FILE_LEN / 2) as u64;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while received_at(&listed_channels(&q), "127.0.0.1") < before + half / 2 {
+            assert!(std::time::Instant::now() < deadline, "copy stalled");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        eprintln!("cutting the owner's connection over 127.0.0.1");
+        let cut = Command::new("ss")
+            .args(["-K", "dst", "127.0.0.1", "dport", "=", &port.to_string()])
+            .output()
+            .expect("ss runs");
+        assert!(cut.status.success(), "ss -K: {cut:?}");
+        let resent = writer.await.expect("writer task");
+        println!("blocks sent again after the owner was cut: {resent}");
+        let listed = listed_channels(&q);
+        assert_eq!(
+            listed.len(),
+            1,
+            "the session lives on one channel: {listed:?}"
+        );
+        assert!(
+            listed[0]["server"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("127.0.0.2")),
+            "the remaining channel is the one over 127.0.0.2: {listed:?}"
+        );
+        let back = read_spread(&file, FILE_LEN, &[other_lane]).await;
+        assert!(
+            back == *data,
+            "the file read back over the adopting channel differs"
+        );
     });
 }
