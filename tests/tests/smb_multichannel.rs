@@ -131,9 +131,9 @@ async fn open_existing(client: &Client, path: &UncPath) -> smb::File {
         .unwrap_file()
 }
 
-#[test]
-fn copies_spread_over_two_channels_and_survive_losing_one() {
-    let dir = tempfile::tempdir().unwrap();
+/// Quarry listening on 127.0.0.1 and 127.0.0.2 (one port), with the user and share
+/// `lanes`.
+fn start_on_two_addresses(dir: &tempfile::TempDir) -> QuarryProcess {
     let second: IpAddr = [127, 0, 0, 2].into();
     let q = QuarryProcess::start_with_smb_also(&dir.path().join("data"), &[], &[second])
         .expect("quarry starts");
@@ -146,34 +146,54 @@ fn copies_spread_over_two_channels_and_survive_losing_one() {
         .post("/api/v1/shares", &json!({"name": "lanes"}))
         .unwrap();
     assert_eq!(s, 201, "{b}");
-    let port = q.smb.port();
+    q
+}
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
+/// The runtime the crate's client runs on.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
         .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = Client::new(ClientConfig {
-            connection: ConnectionConfig {
-                multichannel: MultiChannelConfig::Always,
-                port: Some(port),
-                ..Default::default()
-            },
+        .unwrap()
+}
+
+/// The crate's client with multichannel on, connected to share `lanes`: the client, the
+/// share's path, and its channel ids in order (the first is the connection that set the
+/// session up).
+async fn connect_with_multichannel(q: &QuarryProcess) -> (Client, UncPath, Vec<u32>) {
+    let port = q.smb.port();
+    let client = Client::new(ClientConfig {
+        connection: ConnectionConfig {
+            multichannel: MultiChannelConfig::Always,
+            port: Some(port),
             ..Default::default()
-        });
-        let share = UncPath::from_str(&format!(r"\\127.0.0.1:{port}\lanes")).unwrap();
-        client
-            .share_connect(&share, USER, PASS.to_string())
-            .await
-            .unwrap_or_else(|e| panic!("connect: {e}\n{}", q.log_text()));
-        let mut lanes: Vec<u32> = client
-            .get_channels(&share)
-            .await
-            .expect("channels")
-            .into_keys()
-            .collect();
-        lanes.sort_unstable();
+        },
+        ..Default::default()
+    });
+    let share = UncPath::from_str(&format!(r"\\127.0.0.1:{port}\lanes")).unwrap();
+    client
+        .share_connect(&share, USER, PASS.to_string())
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}\n{}", q.log_text()));
+    let mut lanes: Vec<u32> = client
+        .get_channels(&share)
+        .await
+        .expect("channels")
+        .into_keys()
+        .collect();
+    lanes.sort_unstable();
+    (client, share, lanes)
+}
+
+#[test]
+fn copies_spread_over_two_channels_and_survive_losing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = start_on_two_addresses(&dir);
+    let port = q.smb.port();
+
+    runtime().block_on(async {
+        let (client, share, lanes) = connect_with_multichannel(&q).await;
         assert_eq!(
             lanes.len(),
             2,
@@ -266,45 +286,10 @@ fn copies_spread_over_two_channels_and_survive_losing_one() {
 #[test]
 fn the_session_outlives_the_connection_that_set_it_up() {
     let dir = tempfile::tempdir().unwrap();
-    let second: IpAddr = [127, 0, 0, 2].into();
-    let q = QuarryProcess::start_with_smb_also(&dir.path().join("data"), &[], &[second])
-        .expect("quarry starts");
-    let api = q.admin().unwrap();
-    let (s, b) = api
-        .post("/api/v1/users", &json!({"name": USER, "password": PASS}))
-        .unwrap();
-    assert_eq!(s, 201, "{b}");
-    let (s, b) = api
-        .post("/api/v1/shares", &json!({"name": "lanes"}))
-        .unwrap();
-    assert_eq!(s, 201, "{b}");
+    let q = start_on_two_addresses(&dir);
     let port = q.smb.port();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = Client::new(ClientConfig {
-            connection: ConnectionConfig {
-                multichannel: MultiChannelConfig::Always,
-                port: Some(port),
-                ..Default::default()
-            },
-            ..Default::default()
-        });
-        let share = UncPath::from_str(&format!(r"\\127.0.0.1:{port}\lanes")).unwrap();
-        client
-            .share_connect(&share, USER, PASS.to_string())
-            .await
-            .unwrap_or_else(|e| panic!("connect: {e}\n{}", q.log_text()));
-        let mut lanes: Vec<u32> = client
-            .get_channels(&share)
-            .await
-            .expect("channels")
-            .into_keys()
-            .collect();
-        lanes.sort_unstable();
+    runtime().block_on(async {
+        let (client, share, lanes) = connect_with_multichannel(&q).await;
         assert_eq!(lanes.len(), 2, "two channels\n{}", q.log_text());
         let (owner_lane, other_lane) = (lanes[0], lanes[1]);
         let path = share.clone().with_path("adopted.bin");
