@@ -792,3 +792,43 @@ fn interfaces_report_their_nics_speed_and_rss() {
         "the veth: 10 Gb/s from sysfs, RSS_CAPABLE from its 4 receive queues: {entries:?}"
     );
 }
+
+const SMBPROTOCOL_BIG_STREAM: &str = r#"
+import os, smbclient
+port = int(os.environ["PORT"])
+smbclient.register_session("127.0.0.1", username=os.environ["SMBUSER"], password=os.environ["SMBPASS"], port=port)
+root = r"\\127.0.0.1\data"
+data = os.urandom(3 * 1024 * 1024 + 7)
+with smbclient.open_file(root + r"\mac.bin", mode="wb", port=port) as f:
+    f.write(b"data fork")
+with smbclient.open_file(root + r"\mac.bin:AFP_Resource", mode="wb", port=port) as f:
+    f.write(data)
+with smbclient.open_file(root + r"\mac.bin:AFP_Resource", mode="rb", port=port) as f:
+    back = f.read()
+assert back == data, "stream read back differs (%d of %d bytes)" % (len(back), len(data))
+with smbclient.open_file(root + r"\mac.bin", mode="rb", port=port) as f:
+    assert f.read() == b"data fork"
+names = smbclient.listdir(root, port=port)
+assert not any(n.lower() == ".quarry-streams" for n in names), names
+print("SIDE", len(os.listdir(os.environ["SIDE_DIR"])))
+smbclient.remove(root + r"\mac.bin", port=port)
+print("SIDE_AFTER", len(os.listdir(os.environ["SIDE_DIR"])))
+print("OK big stream")
+"#;
+
+/// A 3 MiB stream (a macOS resource fork's size, beyond any xattr) written and read back
+/// through smbprotocol: kept in the share's hidden side store, never listed, and removed
+/// with its file.
+#[test]
+fn smbprotocol_keeps_streams_larger_than_an_xattr() {
+    let q = setup();
+    let side = q.data.join("pool/shares/data/.quarry-streams");
+    let out = python_with(
+        &q,
+        SMBPROTOCOL_BIG_STREAM,
+        &[("SIDE_DIR", side.to_str().unwrap())],
+    );
+    assert!(out.contains("SIDE 1\n"), "{out}");
+    assert!(out.contains("SIDE_AFTER 0\n"), "{out}");
+    assert!(out.contains("OK big stream"), "{out}");
+}

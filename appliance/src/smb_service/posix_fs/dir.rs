@@ -131,14 +131,13 @@ impl PosixDirCursor {
 
     /// The Apple metadata of an open entry, when asked for.
     fn mac_of(&self, fd: std::os::fd::BorrowedFd<'_>) -> Option<MacMetadata> {
-        self.mac
-            .then(|| stream::mac_metadata(fd, &self.share.xattrs))
+        self.mac.then(|| stream::mac_metadata(fd, &self.share))
     }
 
     fn next_from_disk(&mut self) -> Result<Option<DirEntry>, FsError> {
         if let Some(name) = self.literal.clone() {
             self.phase = Phase::Done;
-            if validate_component(&name).is_err() {
+            if validate_component(&name).is_err() || super::stream_store::is_reserved(&name) {
                 return Ok(None);
             }
             let Some(stored) = resolve::lookup(&self.share.names, self.dir.as_fd(), &name)? else {
@@ -166,7 +165,10 @@ impl PosixDirCursor {
             let Ok(name) = raw.name.into_string() else {
                 continue;
             };
-            if validate_component(&name).is_err() || !self.pattern.matches(&name) {
+            if validate_component(&name).is_err()
+                || !self.pattern.matches(&name)
+                || super::stream_store::is_reserved(&name)
+            {
                 continue;
             }
             if let Some(entry) = self.entry(&name, raw.d_type)? {

@@ -73,6 +73,11 @@ impl PosixFile {
         self.share.config.read_only
     }
 
+    /// The share this file belongs to (its root, quota and xattr support).
+    pub(crate) fn share(&self) -> &ShareInner {
+        &self.share
+    }
+
     /// The share's record of xattr support.
     pub(crate) fn xattrs(&self) -> &super::attrs::XattrSupport {
         &self.share.xattrs
@@ -492,6 +497,12 @@ impl FsFile for PosixFile {
                 "cannot rename onto the share root".into(),
             ));
         }
+        if super::stream_store::path_is_reserved(new_path) {
+            return Err(FsError::AccessDenied(format!(
+                "{} is reserved",
+                super::stream_store::SIDE_DIR
+            )));
+        }
         let (old_parent_fd, _old_parent, old_name) = self.parent_and_name()?;
         let root = self.share.root.as_fd();
         let mut target = resolve::locate(&self.share.names, root, &comps)?;
@@ -616,6 +627,10 @@ impl FsFile for PosixFile {
         let st = sys::fstat(self.file.as_fd()).map_err(io_err("stat"))?;
         sys::unlinkat(parent_fd.as_fd(), &cname, self.is_dir)
             .map_err(|e| FsError::from_io(format!("delete {name:?}"), e))?;
+        if st.nlink <= 1 || self.is_dir {
+            // Gone for good: so are its large streams' side files.
+            super::stream::drop_side_files(self.file.as_fd(), &self.share);
+        }
         if st.is_file() && st.nlink <= 1 {
             self.share.quota.release(st.size);
         }
@@ -764,7 +779,7 @@ impl FsFile for PosixFile {
 
     fn streams(&self) -> Result<Vec<StreamInfo>, FsError> {
         let info = (!self.is_dir).then(|| self.current_info()).transpose()?;
-        super::stream::list(self.file.as_fd(), &self.share.xattrs, info.as_ref())
+        super::stream::list(self.file.as_fd(), &self.share, info.as_ref())
     }
 
     fn unlink_file(&self) -> Result<(), FsError> {

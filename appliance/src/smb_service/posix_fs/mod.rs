@@ -26,6 +26,7 @@ pub mod file;
 pub mod outside;
 pub mod resolve;
 pub mod stream;
+pub mod stream_store;
 pub mod sys;
 #[cfg(test)]
 mod tests;
@@ -398,7 +399,7 @@ impl PosixShareFs {
             (None, _) => (stream.to_string(), CreateAction::Created),
         };
         if changes {
-            stream::write_value(fd, &self.inner.xattrs, &name, &[])?;
+            stream::reset(fd, &self.inner, &name)?;
         }
         let _ = file_action;
         let opened = stream::StreamFile::new(file, name, req.write || truncate);
@@ -458,6 +459,10 @@ impl PosixShareFs {
 
 impl ShareFs for PosixShareFs {
     fn create(&self, req: &CreateRequest<'_>) -> Result<Opened, FsError> {
+        // The side store of large streams is no client's to see.
+        if stream_store::path_is_reserved(req.path) {
+            return Err(FsError::NotFound(req.path.to_string()));
+        }
         if let Some(stream) = req.stream {
             return self.open_stream(req, stream);
         }

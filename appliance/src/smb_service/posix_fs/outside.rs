@@ -303,6 +303,9 @@ impl Shared {
                     if name.is_empty() || name == "." || name.contains('\\') {
                         return None;
                     }
+                    if super::stream_store::is_reserved(name) {
+                        return None;
+                    }
                     let path = if m.path.is_empty() {
                         name.to_string()
                     } else {

@@ -1323,11 +1323,92 @@ fn streams_live_in_their_file_and_follow_dispositions() {
     second.file.unlink().unwrap();
     assert_eq!(base.file.streams().unwrap().len(), 2, "unnamed plus Other");
     assert!(
-        second
+        second.file.write_at(0, b"gone", false).is_err(),
+        "a deleted stream takes no writes"
+    );
+}
+
+#[test]
+fn large_streams_move_to_the_side_store_and_go_with_their_file() {
+    let fx = fixture_with(Some(64 << 20), false);
+    let s = open_stream(&fx, "big", "rsrc", D::Create).unwrap();
+    s.file.write_at(0, b"head", false).unwrap();
+    assert!(
+        !fx.root.join(".quarry-streams").exists(),
+        "a small stream stays in its xattr"
+    );
+    // 1 MiB at an offset: beyond any xattr, so the stream moves, its first bytes kept.
+    let body: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+    let used_before = fx.quota.used();
+    s.file.write_at(4096, &body, false).unwrap();
+    assert_eq!(s.file.info().unwrap().end_of_file, 4096 + (1 << 20));
+    assert!(
+        fx.quota.used() >= used_before + (1 << 20),
+        "side bytes are charged"
+    );
+    let mut back = vec![0u8; 4096 + (1 << 20)];
+    assert_eq!(s.file.read_at(0, &mut back).unwrap(), back.len());
+    assert_eq!(&back[..4], b"head");
+    assert!(back[4..4096].iter().all(|b| *b == 0));
+    assert_eq!(&back[4096..], &body[..]);
+    let sides = || {
+        fs::read_dir(fx.root.join(".quarry-streams"))
+            .unwrap()
+            .count()
+    };
+    assert_eq!(sides(), 1);
+    // Hidden from clients: not listed, not openable, not a rename target.
+    let root = open(&fx, "", D::Open).unwrap();
+    let mut cursor = root.file.list_dir("*").unwrap();
+    while let Some(e) = cursor.next_entry().unwrap() {
+        assert!(!e.name.eq_ignore_ascii_case(".quarry-streams"), "listed");
+    }
+    assert_eq!(
+        open(&fx, ".Quarry-Streams", D::Open).err(),
+        Some(nt::OBJECT_NAME_NOT_FOUND)
+    );
+    let other = open(&fx, "other", D::Create).unwrap();
+    assert_eq!(
+        other
             .file
-            .write_at(0, &vec![0u8; super::stream::MAX_STREAM_SIZE + 1], false)
-            .is_err(),
-        "streams are bounded by one xattr"
+            .rename(".quarry-streams", false)
+            .err()
+            .map(|e| e.nt_status()),
+        Some(nt::ACCESS_DENIED)
+    );
+    // The stream is listed at its size, renamed without moving its bytes, shrunk, and
+    // emptied by an overwriting open.
+    let base = open(&fx, "big", D::Open).unwrap();
+    let sizes: Vec<(String, u64)> = base
+        .file
+        .streams()
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.name, s.size))
+        .collect();
+    assert!(
+        sizes.contains(&("rsrc".to_string(), 4096 + (1 << 20))),
+        "{sizes:?}"
+    );
+    s.file.rename(":fork", false).unwrap();
+    let mut four = [0u8; 4];
+    assert_eq!(s.file.read_at(0, &mut four).unwrap(), 4);
+    assert_eq!(&four, b"head");
+    s.file.set_end_of_file(10).unwrap();
+    assert_eq!(s.file.info().unwrap().end_of_file, 10);
+    let again = open_stream(&fx, "big", "FORK", D::OverwriteIf).unwrap();
+    assert_eq!(again.info.end_of_file, 0);
+    assert_eq!(sides(), 0, "the emptied stream gave its side file up");
+    // Moved again, then the file is deleted: its side file goes with it.
+    again.file.write_at(0, &body, false).unwrap();
+    assert_eq!(sides(), 1);
+    drop(again);
+    drop(s);
+    base.file.unlink().unwrap();
+    assert_eq!(sides(), 0, "the deleted file's side file is gone");
+    assert!(
+        fx.quota.used() < used_before + 4096,
+        "and its bytes released"
     );
 }
 
