@@ -556,8 +556,17 @@ impl FsFile for PosixFile {
             if tst.is_dir() {
                 return Err(FsError::AccessDenied("cannot replace a directory".into()));
             }
+            // The replaced file's large streams go with it, once it is replaced.
+            let mut victim = None;
             if tst.is_file() && tst.nlink <= 1 {
                 released = tst.size;
+                victim = sys::openat(
+                    target.parent_fd.as_fd(),
+                    &stored_c,
+                    libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+                    0,
+                )
+                .ok();
             }
             // Replace atomically under the stored name, then adopt the requested spelling.
             sys::renameat(
@@ -568,6 +577,9 @@ impl FsFile for PosixFile {
                 true,
             )
             .map_err(|e| FsError::from_io("rename", e))?;
+            if let Some(victim) = victim {
+                super::stream::drop_side_files(victim.as_fd(), &self.share);
+            }
             if target.name != requested {
                 sys::renameat(
                     target.parent_fd.as_fd(),

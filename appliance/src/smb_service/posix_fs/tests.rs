@@ -1410,6 +1410,13 @@ fn large_streams_move_to_the_side_store_and_go_with_their_file() {
         fx.quota.used() < used_before + 4096,
         "and its bytes released"
     );
+    // A file replaced by a rename takes its side files along too.
+    let v = open_stream(&fx, "victim", "fork", D::Create).unwrap();
+    v.file.write_at(0, &body, false).unwrap();
+    drop(v);
+    assert_eq!(sides(), 1);
+    other.file.rename("victim", true).unwrap();
+    assert_eq!(sides(), 0, "the replaced file's side file is gone");
 }
 
 #[test]
