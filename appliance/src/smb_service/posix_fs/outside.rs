@@ -152,7 +152,7 @@ impl Shared {
                     continue;
                 }
             };
-            self.mark_tree(marks, stored, recursive);
+            self.mark_tree(marks, stored, recursive, None);
         }
     }
 
@@ -169,8 +169,16 @@ impl Shared {
     }
 
     /// Marks directory `start` and, when `subtree`, the directories beneath it, breadth
-    /// first, within [`MAX_MARKED_DIRS`].
-    fn mark_tree(&self, marks: &mut Marks, start: Vec<String>, subtree: bool) {
+    /// first, within [`MAX_MARKED_DIRS`]. With `found`, every entry beneath `start` is
+    /// also reported there as added: for a directory just created, what was made in it
+    /// before its mark took effect would otherwise go unseen.
+    fn mark_tree(
+        &self,
+        marks: &mut Marks,
+        start: Vec<String>,
+        subtree: bool,
+        mut found: Option<&mut Vec<(String, u32, u32)>>,
+    ) {
         let mut queue = std::collections::VecDeque::from([start]);
         while let Some(comps) = queue.pop_front() {
             if marks.by_handle.len() >= MAX_MARKED_DIRS {
@@ -199,12 +207,24 @@ impl Shared {
                 continue;
             };
             while let Ok(Some(entry)) = stream.next_entry() {
-                if entry.d_type != libc::DT_DIR {
+                let is_dir = entry.d_type == libc::DT_DIR;
+                let Ok(name) = entry.name.into_string() else {
+                    continue;
+                };
+                if super::stream_store::is_reserved(&name) {
                     continue;
                 }
-                if let Ok(name) = entry.name.into_string() {
-                    let mut child = comps.clone();
-                    child.push(name);
+                let mut child = comps.clone();
+                child.push(name);
+                if let Some(found) = found.as_deref_mut() {
+                    let filter = if is_dir {
+                        notify::FILTER_DIR_NAME
+                    } else {
+                        notify::FILTER_FILE_NAME
+                    };
+                    found.push((child.join("\\"), notify::ACTION_ADDED, filter));
+                }
+                if is_dir {
                     queue.push_back(child);
                 }
             }
@@ -341,7 +361,7 @@ impl Shared {
                     out.push((path.clone(), notify::ACTION_ADDED, name_filter));
                     if is_dir && subtree {
                         let comps: Vec<String> = path.split('\\').map(str::to_string).collect();
-                        self.mark_tree(&mut marks, comps, true);
+                        self.mark_tree(&mut marks, comps, true, Some(&mut out));
                     }
                 }
                 if e.mask & libc::FAN_DELETE != 0 {
