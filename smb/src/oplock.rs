@@ -597,26 +597,25 @@ impl<S: Clone> OplockTable<S> {
         };
         // Directories take no oplocks and only v2 leases, which cache at most reads and
         // handles (MS-SMB2 3.3.5.9.11: a request for RW or RWH is granted R or RH).
-        let want = match want {
-            Want::Lease { version: 2, .. } | Want::Nothing if is_dir => want,
-            _ if is_dir => return none,
-            w => w,
-        };
-        let want = match want {
-            Want::Lease {
-                key,
-                wire_key,
-                state,
-                version,
-                epoch,
-            } if is_dir => Want::Lease {
+        let want = match (is_dir, want) {
+            (false, w) => w,
+            (
+                true,
+                Want::Lease {
+                    key,
+                    wire_key,
+                    state,
+                    version: 2,
+                    epoch,
+                },
+            ) => Want::Lease {
                 key,
                 wire_key,
                 state: state & (R | H),
-                version,
+                version: 2,
                 epoch,
             },
-            w => w,
+            (true, _) => return none,
         };
         let list = self.files.entry(file).or_default();
         let granted = match want {

@@ -120,6 +120,20 @@ async fn read_spread(file: &smb::File, len: usize, lanes: &[u32]) -> Vec<u8> {
     back
 }
 
+/// Creates (or truncates) the file at `path`.
+async fn create_overwrite(client: &Client, path: &UncPath) -> Arc<smb::File> {
+    Arc::new(
+        client
+            .create_file(
+                path,
+                &FileCreateArgs::make_overwrite(Default::default(), Default::default()),
+            )
+            .await
+            .expect("create")
+            .unwrap_file(),
+    )
+}
+
 async fn open_existing(client: &Client, path: &UncPath) -> smb::File {
     client
         .create_file(
@@ -210,16 +224,7 @@ fn copies_spread_over_two_channels_and_survive_losing_one() {
         // A copy spread over both channels.
         let path = share.clone().with_path("spread.bin");
         let data = Arc::new(xorshift_bytes(FILE_LEN, 7));
-        let file = Arc::new(
-            client
-                .create_file(
-                    &path,
-                    &FileCreateArgs::make_overwrite(Default::default(), Default::default()),
-                )
-                .await
-                .expect("create")
-                .unwrap_file(),
-        );
+        let file = create_overwrite(&client, &path).await;
         let resent = write_spread(file.clone(), data.clone(), lanes.clone(), lanes[0]).await;
         assert_eq!(resent, 0, "no channel was cut, nothing is sent again");
         // (The crate's reads stop at the size the open reported: read from a new open.)
@@ -296,16 +301,7 @@ fn the_session_outlives_the_connection_that_set_it_up() {
         // The file is made full size first: the crate reads no further than the size its
         // open reported.
         let data = Arc::new(xorshift_bytes(FILE_LEN, 21));
-        let file = Arc::new(
-            client
-                .create_file(
-                    &path,
-                    &FileCreateArgs::make_overwrite(Default::default(), Default::default()),
-                )
-                .await
-                .expect("create")
-                .unwrap_file(),
-        );
+        let file = create_overwrite(&client, &path).await;
         let zeros = Arc::new(vec![0u8; FILE_LEN]);
         write_spread(file.clone(), zeros, vec![owner_lane], owner_lane).await;
         file.close().await.expect("close");

@@ -18,6 +18,11 @@ fn setup() -> QuarryProcess {
     with_user_and_share(QuarryProcess::start().expect("quarry starts"))
 }
 
+/// Where the share `data` lives on the appliance's disk (the embedded directory pool).
+fn data_dir(q: &QuarryProcess) -> std::path::PathBuf {
+    q.data.join("pool/shares/data")
+}
+
 /// Adds the user and the share `data` the scripts use.
 fn with_user_and_share(q: QuarryProcess) -> QuarryProcess {
     let api = q.admin().expect("admin login");
@@ -546,7 +551,7 @@ print("OK outside changes notified")
 #[test]
 fn smbprotocol_is_notified_of_changes_made_outside_smb() {
     let q = setup();
-    let share_dir = q.data.join("pool/shares/data");
+    let share_dir = data_dir(&q);
     std::fs::create_dir_all(share_dir.join("Watched/Sub")).unwrap();
     let out = python_with(
         &q,
@@ -661,7 +666,7 @@ print("OK")
 fn smbprotocol_aapl_negotiates_and_lists_apple_fields() {
     use std::os::unix::fs::PermissionsExt;
     let q = setup();
-    let share = q.data.join("pool/shares/data");
+    let share = data_dir(&q);
     std::fs::write(share.join("mode640.txt"), b"x").unwrap();
     std::fs::set_permissions(
         share.join("mode640.txt"),
@@ -822,7 +827,7 @@ print("OK big stream")
 #[test]
 fn smbprotocol_keeps_streams_larger_than_an_xattr() {
     let q = setup();
-    let side = q.data.join("pool/shares/data/.quarry-streams");
+    let side = data_dir(&q).join(".quarry-streams");
     let out = python_with(
         &q,
         SMBPROTOCOL_BIG_STREAM,

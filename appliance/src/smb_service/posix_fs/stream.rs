@@ -344,34 +344,34 @@ impl StreamFile {
         self.check_writable()?;
         let _g = self.file.size_lock();
         let name = self.name();
-        let id = match stored(self.fd(), &name)? {
-            Stored::Side(id) => id,
+        let file = match stored(self.fd(), &name)? {
+            Stored::Side(id) => std::fs::File::from(stream_store::open(self.root(), &id, false)?),
             Stored::Inline => {
                 let mut value = read_value(self.fd(), &name)?;
                 if inline_limit <= MAX_INLINE_SIZE as u64 {
-                    let before = value.clone();
                     inline(&mut value)?;
                     match write_value(self.fd(), self.file.xattrs(), &name, &value) {
                         Err(e) if too_big_for_xattr(&e) => {}
                         other => return other,
                     }
-                    // The file system will not keep it inline: move what was there.
+                    // The file system will not keep it inline: move what is there (the
+                    // refused write left the xattr as it was).
+                    let before = read_value(self.fd(), &name)?;
                     self.spill(&name, &before)?
                 } else {
                     self.spill(&name, &value)?
                 }
             }
         };
-        let fd = stream_store::open(self.root(), &id, false)?;
-        let file = std::fs::File::from(fd);
         let size = file.metadata().map_err(io_err("stat stream"))?.len();
         side(&file, size)
     }
 
-    /// Moves inline stream `name` (holding `value`) to a new side file; returns its id.
-    /// The side file is written before the xattr naming it, and that before the inline
-    /// xattr goes, so a crash in between leaves the stream readable (the side form wins).
-    fn spill(&self, name: &str, value: &[u8]) -> Result<[u8; stream_store::ID_LEN], FsError> {
+    /// Moves inline stream `name` (holding `value`) to a new side file; returns the side
+    /// file, open. The side file is written before the xattr naming it, and that before the
+    /// inline xattr goes, so a crash in between leaves the stream readable (the side form
+    /// wins).
+    fn spill(&self, name: &str, value: &[u8]) -> Result<std::fs::File, FsError> {
         let share = self.file.share();
         let id = stream_store::new_id()?;
         share
@@ -379,22 +379,25 @@ impl StreamFile {
             .try_charge(value.len() as u64)
             .map_err(|e| FsError::DiskFull(e.to_string()))?;
         let written = (|| {
-            let fd = stream_store::open(self.root(), &id, true)?;
-            std::fs::File::from(fd)
-                .write_all_at(value, 0)
+            let file = std::fs::File::from(stream_store::open(self.root(), &id, true)?);
+            file.write_all_at(value, 0)
                 .map_err(io_err("write stream side file"))?;
             sys::fsetxattr(self.fd(), &big_name(name)?, &id)
-                .map_err(io_err("name stream side file"))
+                .map_err(io_err("name stream side file"))?;
+            Ok(file)
         })();
-        if let Err(e) = written {
-            let _ = stream_store::remove(self.root(), &id);
-            share.quota.release(value.len() as u64);
-            return Err(e);
-        }
+        let file = match written {
+            Ok(file) => file,
+            Err(e) => {
+                let _ = stream_store::remove(self.root(), &id);
+                share.quota.release(value.len() as u64);
+                return Err(e);
+            }
+        };
         if let Err(e) = sys::fremovexattr(self.fd(), &xattr_name(name)?) {
             tracing::debug!(error = %e, "inline copy of a moved stream stays");
         }
-        Ok(id)
+        Ok(file)
     }
 
     /// Grows or shrinks a side file to `new` bytes from `old`, keeping the quota.
