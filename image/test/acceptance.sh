@@ -18,7 +18,7 @@
 #     the update is reported `succeeded` once its entry is blessed. Then the broken
 #     bundle V3 (its quarry never becomes healthy) installs into slot a.
 #   boot 3 (power cycle; V3 fails its health check on each of its 3 tries, the guest
-#     reboots itself, systemd-boot falls back)
+#     reboots itself, each reboot a fresh power-on of qemu, systemd-boot falls back)
 #     healthy again on V2 from slot b, configuration intact, the API reports the V3
 #     update as rolled_back with an error.
 #
@@ -123,9 +123,11 @@ cmp -s "$B2" "$WORK/bad-checksum.bundle" && die "could not corrupt the checksum 
 # ==== boot 1: V1 from slot a, first boot =============================================
 log "boot 1: $IMAGE ($V1; accel $ACCEL; forwards: http $HTTP_PORT, smb $SMB_PORT, nvme $NVME_PORT)"
 start_vm
-T1=$(wait_healthy)
+wait_healthy
+T1=$HEALTHY_AFTER
 echo "boot1_to_healthy_s=$T1" >>"$RESULTS"
-pass "boot 1: REST health answers after ${T1}s: $(cat "$WORK/health.json")"
+[ "$POWER_CYCLES" -eq 0 ] || fail "boot 1 rebooted $POWER_CYCLES time(s) before it became healthy"
+pass "boot 1: REST health answers after ${T1}s without a reboot: $(cat "$WORK/health.json")"
 
 PASSWORD=$(console_password)
 [ -n "$PASSWORD" ] || fail "no admin password (QUARRY_ADMIN_PASSWORD=) on the console"
@@ -202,9 +204,11 @@ stop_vm
 # ==== boot 2: V2 from slot b ===========================================================
 log "boot 2: power cycle into $V2"
 start_vm
-T2=$(wait_healthy)
+wait_healthy
+T2=$HEALTHY_AFTER
 echo "boot2_to_healthy_s=$T2" >>"$RESULTS"
-pass "boot 2: healthy after ${T2}s"
+[ "$POWER_CYCLES" -eq 0 ] || fail "boot 2 rebooted $POWER_CYCLES time(s) before it became healthy"
+pass "boot 2: healthy after ${T2}s without a reboot"
 TOKEN=$(login) || fail "the admin password no longer logs in after the reboot"
 system >"$WORK/system2.json" || fail "GET /system failed"
 jq -e --arg v "$V2" '.slot == "b" and .image_version == $v' "$WORK/system2.json" >/dev/null \
@@ -234,11 +238,13 @@ log "boot 3: power cycle into the broken $V3 (expect 3 failed tries, then $V2)"
 t0=$SECONDS
 BOOT_TIMEOUT=$ROLLBACK_TIMEOUT
 start_vm
-T3=$(wait_healthy)
+wait_healthy
+T3=$HEALTHY_AFTER
 echo "rollback_to_healthy_s=$T3" >>"$RESULTS"
 # systemd greets once per boot on the console: 3 failed tries of V3, then V2.
 boots=$(grep -ac 'Welcome to' "$WORK/serial.log" || true)
 [ "$boots" -eq 4 ] || fail "expected 4 boots (3 failed tries of $V3, then $V2), the console shows $boots"
+[ "$POWER_CYCLES" -eq 3 ] || fail "expected the guest to reboot 3 times, it rebooted $POWER_CYCLES times"
 pass "healthy again after ${T3}s: 3 failed boots of $V3, then $V2"
 TOKEN=$(login) || fail "login after the rollback failed"
 system >"$WORK/system3.json" || fail "GET /system failed"
