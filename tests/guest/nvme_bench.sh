@@ -7,7 +7,7 @@
 #
 #   tests/guest/nvme_bench.sh [--bin QUARRY] [--seconds N] [--warmup N] [--size-mib N]
 #                             [--no-rdma] [--qd32-jobs N] [--seq-qd N] [--out DIR]
-#                             [--timeout SECS]
+#                             [--timeout SECS] [--engine uring|threads]
 #
 #   --bin        quarry binary (default $QUARRY_BIN, else target/release/quarry, built
 #                with `cargo build --release -p quarry --features rdma` as the test
@@ -20,6 +20,8 @@
 #   --qd32-jobs  fio jobs of the 4k QD32 workload (default 2: 2 jobs x QD16, one per
 #                vCPU / I/O queue)
 #   --seq-qd     queue depth of the 128k sequential read (default 8, one job)
+#   --engine     Quarry's --nvme-io-engine (default uring: the ring serves the tmpfs
+#                volume through its buffered descriptor; threads: the blocking pool)
 #   --out        where the console log, raw result lines, fio JSON and the table go
 #                (default target/bench/nvme-guest/<UTC time>)
 #
@@ -47,6 +49,7 @@ qd32_jobs=2
 seq_qd=8
 out=""
 timeout_secs=1800
+engine=uring
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -60,6 +63,7 @@ while [ $# -gt 0 ]; do
     --seq-qd) seq_qd="${2:?}"; shift 2 ;;
     --out) out="${2:?}"; shift 2 ;;
     --timeout) timeout_secs="${2:?}"; shift 2 ;;
+    --engine) engine="${2:?}"; shift 2 ;;
     -h | --help) usage ;;
     *) echo "nvme_bench: unknown argument: $1" >&2; usage ;;
     esac
@@ -67,6 +71,7 @@ done
 for n in "$seconds" "$warmup" "$size_mib" "$qd32_jobs" "$seq_qd" "$timeout_secs"; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "nvme_bench: not a number: $n" >&2; exit 2; }
 done
+case "$engine" in uring | threads) ;; *) echo "nvme_bench: --engine is uring or threads" >&2; exit 2 ;; esac
 [ $((32 % qd32_jobs)) -eq 0 ] || { echo "nvme_bench: --qd32-jobs must divide 32" >&2; exit 2; }
 
 if [ -z "$bin" ]; then
@@ -96,6 +101,7 @@ params=(
     --param BENCH_QD32_JOBS="$qd32_jobs"
     --param BENCH_SEQ_QD="$seq_qd"
     --param BENCH_RDMA="$rdma"
+    --param QUARRY_IO_ENGINE="$engine"
 )
 if [ "$rdma" = 0 ]; then
     # No RDMA listener; a build without the feature must then report it unavailable.

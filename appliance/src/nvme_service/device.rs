@@ -81,6 +81,12 @@ impl FileDevice {
         self.direct.as_ref().map(|f| f.as_raw_fd())
     }
 
+    /// The buffered descriptor, for the io_uring executor's I/O that cannot go direct
+    /// (file systems without `O_DIRECT`, unaligned requests): any offset and length.
+    pub fn buffered_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+
     /// Whether reads and writes bypass the page cache.
     pub fn is_direct(&self) -> bool {
         self.direct.is_some()

@@ -42,7 +42,7 @@ pub const CHUNKS_PER_QUEUE: u32 = 32;
 pub const MAX_SGE: usize = 8;
 /// Bytes of one capsule receive buffer: the SQE plus the largest in-capsule data.
 pub const RECV_SLOT: usize =
-    crate::spec::SQE_LEN + crate::target::limits::MAX_INCAPSULE_DATA as usize;
+    crate::spec::SQE_LEN + crate::target::limits::MAX_INCAPSULE_DATA_RDMA as usize;
 /// Default bound on memory all RDMA queue pairs of a process may register (each I/O
 /// queue takes about 6 MiB: 128 capsule buffers plus its staging chunks).
 pub const DEFAULT_MEMORY_LIMIT: usize = 512 << 20;

@@ -218,7 +218,7 @@ fn controller_info(ctx: &AdminCtx<'_>) -> ControllerInfo {
                 0
             },
         subnqn: ctx.ctrl.subnqn.clone(),
-        ioccsz: (64 + MAX_INCAPSULE_DATA) / 16,
+        ioccsz: (64 + max_incapsule_data(ctx.listener.trtype)) / 16,
         iorcsz: 1,
         cmic: if discovery { 0 } else { 1 << 1 },
         lpa: 0x01 | 0x04,

@@ -7,8 +7,23 @@ pub const MAX_TRANSFER: u32 = 1 << 20;
 pub const MDTS: u8 = 8;
 /// MAXH2CDATA advertised in ICResp: one R2T covers a whole command.
 pub const MAX_H2C_DATA: u32 = MAX_TRANSFER;
-/// In-capsule data accepted on any queue (the issue asks for at least 16 KiB).
-pub const MAX_INCAPSULE_DATA: u32 = 16 * 1024;
+/// In-capsule data accepted on NVMe/TCP queues: a 128 KiB write (the block layer's
+/// usual largest) arrives with its command, so it needs no R2T round trip. Bounds a
+/// queue's capsule buffering to [`MAX_QUEUE_ENTRIES`] times this (16 MiB), the same as
+/// its R2T buffering ([`MAX_ACTIVE_R2T`] times [`MAX_TRANSFER`]).
+pub const MAX_INCAPSULE_DATA_TCP: u32 = 128 * 1024;
+/// In-capsule data accepted on NVMe/RDMA queues: every capsule receive buffer is this
+/// large and registered up front, so it stays small; larger writes are RDMA READs.
+pub const MAX_INCAPSULE_DATA_RDMA: u32 = 16 * 1024;
+
+/// In-capsule data accepted on a queue of transport `trtype` (NVMe-oF TRTYPE).
+pub fn max_incapsule_data(trtype: u8) -> u32 {
+    if trtype == crate::spec::log::TRTYPE_RDMA {
+        MAX_INCAPSULE_DATA_RDMA
+    } else {
+        MAX_INCAPSULE_DATA_TCP
+    }
+}
 /// Max queue entries (CAP.MQES + 1) for admin and I/O queues.
 pub const MAX_QUEUE_ENTRIES: u16 = 128;
 /// I/O queues a controller may have.

@@ -446,7 +446,7 @@ impl Queue {
                         let start = usize::try_from(sgl.addr).unwrap_or(usize::MAX);
                         let end = start.saturating_add(sgl.len as usize);
                         match data.get(start..end) {
-                            Some(d) if sgl.len <= MAX_INCAPSULE_DATA => {
+                            Some(d) if sgl.len <= self.max_incapsule_data() => {
                                 let d = d.to_vec();
                                 self.inflight.insert(
                                     cid,
@@ -510,6 +510,14 @@ impl Queue {
                 );
                 self.dispatch(cid, Vec::new(), now_ms);
             }
+        }
+    }
+
+    /// In-capsule data this queue's transport accepts (and Identify advertises).
+    fn max_incapsule_data(&self) -> u32 {
+        match self.wire {
+            Wire::Tcp => MAX_INCAPSULE_DATA_TCP,
+            Wire::Rdma => MAX_INCAPSULE_DATA_RDMA,
         }
     }
 

@@ -349,7 +349,11 @@ fn admin_bringup_identify_and_properties() {
     assert_eq!(u16::from_le_bytes([id[78], id[79]]), cntlid);
     assert_eq!(&id[768..768 + NQN.len()], NQN.as_bytes());
     assert_eq!(&id[4..13], b"QTEST0001");
-    assert!(u32::from_le_bytes([id[1792], id[1793], id[1794], id[1795]]) * 16 >= 16 * 1024 + 64);
+    // IOCCSZ: the SQE plus 128 KiB of in-capsule data on NVMe/TCP.
+    assert_eq!(
+        u32::from_le_bytes([id[1792], id[1793], id[1794], id[1795]]) * 16,
+        64 + 128 * 1024
+    );
 
     let (list, _) = h.read_cmd(&identify(2, 0));
     assert_eq!(decode_ns_list(&list), vec![1]);
@@ -415,6 +419,15 @@ fn io_write_read_incapsule_and_r2t_with_and_without_digests() {
         assert_eq!(got, data);
         let (got, _) = io.read_cmd(&rw(io_opc::READ, 4, 10, 16, 65536, false));
         assert_eq!(got, big);
+        // A 128 KiB write fits in its capsule (no R2T); one block more does not.
+        let capsule: Vec<u8> = (0..131072u32).map(|i| (i % 249) as u8).collect();
+        let c = io.resp(&rw(io_opc::WRITE, 8, 40, 32, 131072, true), &capsule);
+        assert!(c.status().is_success(), "{c:?}");
+        let (got, _) = io.read_cmd(&rw(io_opc::READ, 9, 40, 32, 131072, false));
+        assert_eq!(got, capsule);
+        let over = vec![7u8; 131072 + 4096];
+        let c = io.resp(&rw(io_opc::WRITE, 10, 40, 33, 131072 + 4096, true), &over);
+        assert_eq!(c.status(), Status::generic(sc::SGL_OFFSET_INVALID));
         // Flush, write zeroes, read zeroes.
         let mut f = Sqe::new(io_opc::FLUSH, 5);
         f.set_nsid(1);
@@ -428,7 +441,7 @@ fn io_write_read_incapsule_and_r2t_with_and_without_digests() {
         let ns = t.config().subsystems[0].namespaces[0].counters.clone();
         assert_eq!(
             ns.bytes_written.load(std::sync::atomic::Ordering::Relaxed),
-            4096 + 65536
+            4096 + 65536 + 131072
         );
     }
 }

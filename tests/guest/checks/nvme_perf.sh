@@ -334,7 +334,7 @@ if [ "$rdma_ok" = 1 ]; then
     run_step nvme_perf.nvmet_rdma_port nvmet_rdma_port || rdma_ok=0
 fi
 if idle >/dev/null 2>&1; then pass nvme_perf.idle "$IDLE_DETAIL"; else fail nvme_perf.idle "$IDLE_DETAIL"; fi
-emit "BENCH-CONFIG seconds=$BENCH_SECONDS warmup=$BENCH_WARMUP size_mib=$BENCH_SIZE_MIB addr=$BENCH_ADDR nproc=$(nproc) kernel=$(uname -r) fio=$(fio --version) quarry_engine=${QUARRY_IO_ENGINE:-threads}"
+emit "BENCH-CONFIG seconds=$BENCH_SECONDS warmup=$BENCH_WARMUP size_mib=$BENCH_SIZE_MIB addr=$BENCH_ADDR nproc=$(nproc) kernel=$(uname -r) fio=$(fio --version) quarry_engine=${QUARRY_IO_ENGINE:-uring}"
 
 for wl in $BENCH_TCP_WORKLOADS; do
     run_one tcp "$wl" quarry tcp "$QUARRY_TCP_PORT" "$NVME_NQN"

@@ -16,7 +16,8 @@
 #   QUARRY_TCP_PORT    NVMe/TCP port (--nvme-listen, default 4420)
 #   QUARRY_RDMA_PORT   NVMe/RDMA port added through the API (default 4421; empty: none)
 #   QUARRY_VOL_MIB     volume size (default 512)
-#   QUARRY_IO_ENGINE   --nvme-io-engine (default threads: tmpfs has no O_DIRECT in 6.1)
+#   QUARRY_IO_ENGINE   --nvme-io-engine (default uring: the ring serves tmpfs, which has no
+#                      O_DIRECT in 6.1, through its buffered descriptor)
 #   QUARRY_EXPECT_RDMA 1 (default): the RDMA listener must be accepted; 0: the API
 #                      must refuse it with "RDMA listeners unavailable" (a build
 #                      without the feature)
@@ -33,7 +34,7 @@ QUARRY_HTTP_PORT="${QUARRY_HTTP_PORT:-8080}"
 QUARRY_TCP_PORT="${QUARRY_TCP_PORT:-4420}"
 QUARRY_RDMA_PORT="${QUARRY_RDMA_PORT-4421}"
 QUARRY_VOL_MIB="${QUARRY_VOL_MIB:-512}"
-QUARRY_IO_ENGINE="${QUARRY_IO_ENGINE:-threads}"
+QUARRY_IO_ENGINE="${QUARRY_IO_ENGINE:-uring}"
 QUARRY_EXPECT_RDMA="${QUARRY_EXPECT_RDMA:-1}"
 QUARRY_PASSWORD="quarry-guest-admin"
 QUARRY_LOG_FILE=/tmp/quarry.log

@@ -5,7 +5,7 @@
 //!
 //! ```sh
 //! cargo build --release -p quarry -p quarry-tests
-//! QUARRY_BIN=target/release/quarry target/release/nvme_bench [--seconds 10] [--size-mib 1024] [--out DIR]
+//! QUARRY_BIN=target/release/quarry target/release/nvme_bench [--seconds 10] [--size-mib 1024] [--out DIR] [--incapsule-kib N]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -109,6 +109,7 @@ struct Args {
     seconds: u64,
     size_mib: u64,
     out: PathBuf,
+    incapsule_kib: Option<u32>,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -116,6 +117,7 @@ fn args() -> anyhow::Result<Args> {
         seconds: 10,
         size_mib: 1024,
         out: PathBuf::from("target/bench/nvme"),
+        incapsule_kib: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -124,8 +126,10 @@ fn args() -> anyhow::Result<Args> {
             "--seconds" => a.seconds = value()?.parse()?,
             "--size-mib" => a.size_mib = value()?.parse()?,
             "--out" => a.out = PathBuf::from(value()?),
+            "--incapsule-kib" => a.incapsule_kib = Some(value()?.parse()?),
             "-h" | "--help" => {
-                println!("nvme_bench [--seconds N] [--size-mib N] [--out DIR]");
+                println!("nvme_bench [--seconds N] [--size-mib N] [--out DIR] [--incapsule-kib N]");
+                println!("  --incapsule-kib N: send writes up to N KiB in their capsule (default: what the target's IOCCSZ allows), larger ones through R2T");
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other}"),
@@ -361,6 +365,7 @@ async fn main() -> anyhow::Result<()> {
 
     let mut o = Options::new(p.nvme, NQN);
     o.io_queues = 4;
+    o.max_incapsule = a.incapsule_kib.map(|k| k.saturating_mul(1024));
     let mut c = Controller::connect(&o).await?;
     let queues: Vec<Arc<Mutex<Queue>>> = std::mem::take(&mut c.io)
         .into_iter()

@@ -43,6 +43,10 @@ pub struct Options {
     pub disable_sqflow: bool,
     /// Keep-alive timeout requested at the admin Connect (ms, 0 = none).
     pub kato_ms: u32,
+    /// Largest write sent in its capsule, below what the controller's IOCCSZ allows
+    /// (`None`: as much as it allows); larger writes take an R2T. Lets a benchmark
+    /// compare both paths against one target.
+    pub max_incapsule: Option<u32>,
 }
 
 impl Options {
@@ -57,6 +61,7 @@ impl Options {
             io_queues: 1,
             disable_sqflow: false,
             kato_ms: KATO_MS,
+            max_incapsule: None,
         }
     }
 }
@@ -165,7 +170,8 @@ impl Controller {
             if !cqe.status().is_success() {
                 bail!("I/O queue {qid} Connect refused: {:?}", cqe.status());
             }
-            q.incapsule_limit = (ioccsz * 16).saturating_sub(64);
+            let allowed = (ioccsz * 16).saturating_sub(64);
+            q.incapsule_limit = o.max_incapsule.map_or(allowed, |m| m.min(allowed));
             c.io.push(q);
         }
         Ok(c)
