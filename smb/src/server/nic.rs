@@ -3,7 +3,7 @@
 //! reports these so that multichannel clients weigh paths by speed and open several
 //! channels over an RSS NIC, as Windows does.
 //!
-//! The facts come from `getifaddrs` (address to interface name) and sysfs
+//! The facts come from `getifaddrs` (address to interface name, read once per FSCTL) and sysfs
 //! (`/sys/class/net/<name>/speed` in Mb/s, `/sys/class/net/<name>/queues/rx-*`). The
 //! parsing is kept apart from the reading so it is unit-tested byte for byte.
 
@@ -36,25 +36,44 @@ impl Default for NicFacts {
     }
 }
 
-/// The facts for the interface holding `addr`; defaults when the address is on no
-/// interface or the host does not say (never an error: the FSCTL must still answer).
-pub fn facts_for(addr: IpAddr) -> NicFacts {
-    match interface_of(addr) {
-        Some(name) => facts_of(Path::new(SYSFS_NET), &name),
-        None => NicFacts::default(),
-    }
+/// The host's addresses and the interfaces holding them, read once (one `getifaddrs`)
+/// for every address an FSCTL reports.
+#[derive(Debug, Default)]
+pub struct HostNics {
+    addrs: Vec<(IpAddr, String)>,
 }
 
-/// The name of the interface that holds `addr`.
-fn interface_of(addr: IpAddr) -> Option<String> {
-    let all = match if_addrs::get_if_addrs() {
-        Ok(all) => all,
-        Err(e) => {
-            tracing::debug!(error = %e, "getifaddrs failed");
-            return None;
+impl HostNics {
+    /// Reads the host's interface addresses; none when the host refuses (the FSCTL
+    /// then reports defaults rather than failing).
+    pub fn load() -> HostNics {
+        match if_addrs::get_if_addrs() {
+            Ok(all) => HostNics {
+                addrs: all.into_iter().map(|i| (i.ip(), i.name)).collect(),
+            },
+            Err(e) => {
+                tracing::debug!(error = %e, "getifaddrs failed");
+                HostNics::default()
+            }
         }
-    };
-    all.into_iter().find(|i| i.ip() == addr).map(|i| i.name)
+    }
+
+    /// The facts for the interface holding `addr`; defaults when the address is on no
+    /// interface or the host does not say (never an error: the FSCTL must still answer).
+    pub fn facts_for(&self, addr: IpAddr) -> NicFacts {
+        match self.interface_of(addr) {
+            Some(name) => facts_of(Path::new(SYSFS_NET), name),
+            None => NicFacts::default(),
+        }
+    }
+
+    /// The name of the interface that holds `addr`.
+    fn interface_of(&self, addr: IpAddr) -> Option<&str> {
+        self.addrs
+            .iter()
+            .find(|(a, _)| *a == addr)
+            .map(|(_, name)| name.as_str())
+    }
 }
 
 /// Reads the facts of interface `name` under `sysfs` (a directory laid out like
@@ -148,11 +167,10 @@ mod tests {
     #[test]
     fn loopback_is_found_on_this_host() {
         // Every Linux host has lo with 127.0.0.1, whose speed sysfs does not give.
-        let got = facts_for(IpAddr::from([127, 0, 0, 1]));
+        let nics = HostNics::load();
+        let got = nics.facts_for(IpAddr::from([127, 0, 0, 1]));
         assert_eq!(got.link_speed, UNKNOWN_LINK_SPEED);
-        assert_eq!(
-            interface_of(IpAddr::from([127, 0, 0, 1])).as_deref(),
-            Some("lo")
-        );
+        assert_eq!(nics.interface_of(IpAddr::from([127, 0, 0, 1])), Some("lo"));
+        assert_eq!(nics.interface_of(IpAddr::from([192, 0, 2, 1])), None);
     }
 }

@@ -212,7 +212,8 @@ pub async fn ioctl(conn: &mut Connection, ctx: &mut Ctx<'_>, req: IoctlRequest<'
 /// such as the `smb` crate skip entries whose index equals the one they are connected
 /// through; two addresses on one NIC would otherwise never carry two channels).
 fn interfaces(listening: &[std::net::SocketAddr], reached: std::net::IpAddr) -> Vec<NetInterface> {
-    interfaces_with(listening, reached, crate::server::nic::facts_for)
+    let nics = crate::server::nic::HostNics::load();
+    interfaces_with(listening, reached, |addr| nics.facts_for(addr))
 }
 
 /// [`interfaces`] with the NIC facts supplied by `facts`.
