@@ -10,38 +10,21 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use quarry_nvmeof::target::BlockDevice;
+use quarry_nvmeof::target::{BlockDevice, IoBuf, IO_BUF_ALIGN};
 
 /// Largest chunk written when zeroing without fallocate support.
 const ZERO_CHUNK: usize = 1 << 20;
 /// Alignment `O_DIRECT` needs for offsets, lengths and memory (covers 512 and 4 KiB
-/// logical block file systems).
-const DIRECT_ALIGN: usize = 4096;
-
-/// A zeroed buffer of `len` bytes whose start is `DIRECT_ALIGN`-aligned, carved out of
-/// a slightly larger `Vec` (safe code; no custom allocator).
-pub(crate) struct Aligned {
-    buf: Vec<u8>,
-    off: usize,
-    len: usize,
-}
-
-impl Aligned {
-    pub(crate) fn new(len: usize) -> Option<Aligned> {
-        let buf = vec![0u8; len.checked_add(DIRECT_ALIGN)?];
-        let off = buf.as_ptr().align_offset(DIRECT_ALIGN);
-        (off < DIRECT_ALIGN).then_some(Aligned { buf, off, len })
-    }
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        &self.buf[self.off..self.off + self.len]
-    }
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.buf[self.off..self.off + self.len]
-    }
-}
+/// logical block file systems): the target's data buffers are aligned to it.
+const DIRECT_ALIGN: usize = IO_BUF_ALIGN;
 
 fn aligned(offset: u64, len: usize) -> bool {
     offset.is_multiple_of(DIRECT_ALIGN as u64) && len.is_multiple_of(DIRECT_ALIGN)
+}
+
+/// Whether `O_DIRECT` can use this memory in place.
+pub(crate) fn memory_aligned(buf: &[u8]) -> bool {
+    (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN)
 }
 
 /// One open volume file.
@@ -135,31 +118,30 @@ impl BlockDevice for FileDevice {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        if let Some(d) = &self.direct {
-            if aligned(offset, buf.len()) {
-                if let Some(mut a) = Aligned::new(buf.len()) {
-                    d.read_exact_at(a.as_mut_slice(), offset)?;
-                    buf.copy_from_slice(a.as_slice());
-                    return Ok(());
-                }
+        match &self.direct {
+            // The target's buffers are aligned: read in place.
+            Some(d) if aligned(offset, buf.len()) && memory_aligned(buf) => {
+                d.read_exact_at(buf, offset)
             }
+            Some(d) if aligned(offset, buf.len()) => {
+                let mut bounce = IoBuf::zeroed(buf.len());
+                d.read_exact_at(&mut bounce, offset)?;
+                buf.copy_from_slice(&bounce);
+                Ok(())
+            }
+            _ => self.file.read_exact_at(buf, offset),
         }
-        self.file.read_exact_at(buf, offset)
     }
 
     fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
-        let mut done = false;
-        if let Some(d) = &self.direct {
-            if aligned(offset, data.len()) {
-                if let Some(mut a) = Aligned::new(data.len()) {
-                    a.as_mut_slice().copy_from_slice(data);
-                    d.write_all_at(a.as_slice(), offset)?;
-                    done = true;
-                }
+        match &self.direct {
+            Some(d) if aligned(offset, data.len()) && memory_aligned(data) => {
+                d.write_all_at(data, offset)?
             }
-        }
-        if !done {
-            self.file.write_all_at(data, offset)?;
+            Some(d) if aligned(offset, data.len()) => {
+                d.write_all_at(&IoBuf::copy_from(data), offset)?
+            }
+            _ => self.file.write_all_at(data, offset)?,
         }
         if fua {
             self.file.sync_data()?;
@@ -228,5 +210,30 @@ mod tests {
         let mut page = [0u8; 4096];
         d.read_at(0, &mut page).unwrap();
         assert_eq!(&page[100..105], b"hello");
+    }
+
+    #[test]
+    fn direct_io_uses_aligned_buffers_in_place_and_bounces_unaligned_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("v.vol");
+        File::create(&p).unwrap().set_len(1 << 20).unwrap();
+        let d = FileDevice::open(&p, 1 << 20).unwrap();
+        assert!(d.is_direct(), "the test needs O_DIRECT (ext4 /tmp)");
+        // The target's own buffers: aligned, so O_DIRECT takes them as they are.
+        let data = IoBuf::copy_from(&[0x5a; 8192]);
+        assert!(memory_aligned(&data));
+        d.write_at(8192, &data, false).unwrap();
+        let mut back = IoBuf::zeroed(8192);
+        d.read_at(8192, &mut back).unwrap();
+        assert_eq!(back, data);
+        // Memory one byte off an alignment boundary (O_DIRECT would refuse it with
+        // EINVAL): the device bounces it through an aligned buffer.
+        let mut raw = IoBuf::zeroed(4096 + 1);
+        raw[1..].fill(0xc3);
+        assert!(!memory_aligned(&raw[1..]));
+        d.write_at(16384, &raw[1..], true).unwrap();
+        let mut odd = IoBuf::zeroed(4096 + 1);
+        d.read_at(16384, &mut odd[1..]).unwrap();
+        assert!(odd[1..].iter().all(|&x| x == 0xc3));
     }
 }

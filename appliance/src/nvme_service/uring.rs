@@ -1,11 +1,12 @@
 //! NVMe reads and writes of volume files through io_uring: one ring on one thread
 //! serves every queue, so a storage request costs a channel send and an eventfd write
-//! instead of a hop through tokio's blocking pool. Aligned I/O goes to the volume's
-//! `O_DIRECT` descriptor from an aligned bounce buffer; the rest (file systems without
-//! `O_DIRECT` such as tmpfs, unaligned requests) goes to its buffered descriptor, writes
-//! straight from the command's own buffer and reads into the buffer that becomes the
-//! answer, so no copy. Anything else (flush, zeroing, deallocation, devices that are not
-//! volume files) runs on the blocking pool as before.
+//! instead of a hop through tokio's blocking pool. I/O at 4 KiB-aligned offsets and
+//! lengths goes to the volume's `O_DIRECT` descriptor, the rest (and every I/O on file
+//! systems without `O_DIRECT`, such as tmpfs) to its buffered descriptor. Either way
+//! writes go straight from the command's own buffer and reads land in the buffer that
+//! becomes the answer: the target's buffers are 4 KiB-aligned ([`IoBuf`]), so no bounce
+//! copy. Anything else (flush, zeroing, deallocation, devices that are not volume files)
+//! runs on the blocking pool as before.
 //!
 //! Limits: at most [`RING_ENTRIES`] operations in the ring; more wait in a queue on the
 //! ring thread (their memory is already bounded by the NVMe queues' own limits).
@@ -18,9 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
 use io_uring::{opcode, types, IoUring};
-use quarry_nvmeof::target::{BlockOp, IoDone, IoExecutor, IoOutcome, IoRequest};
+use quarry_nvmeof::target::{BlockOp, IoBuf, IoDone, IoExecutor, IoOutcome, IoRequest};
 
-use super::device::{Aligned, FileDevice};
+use super::device::{memory_aligned, FileDevice};
 
 /// Submission queue size of the ring (and most operations in it at once).
 pub const RING_ENTRIES: u32 = 256;
@@ -111,11 +112,10 @@ enum Dir {
 
 /// Where an operation's bytes live while the kernel holds them.
 enum OpBuf {
-    /// A 4 KiB-aligned bounce buffer, for the `O_DIRECT` descriptor.
-    Aligned(Aligned),
-    /// A read's own answer, for the buffered descriptor.
-    Plain(Vec<u8>),
-    /// The write command's data inside the job's request, for the buffered descriptor.
+    /// A read's answer, or a copy of write data that is not aligned in memory (only a
+    /// buffer not made by the target).
+    Own(IoBuf),
+    /// The write command's data inside the job's request, used in place.
     Request,
 }
 
@@ -134,10 +134,9 @@ impl InFlight {
     /// The operation's whole buffer (start and length); reads may write through it.
     fn window(&mut self) -> (*mut u8, usize) {
         let s: &mut [u8] = match &mut self.buf {
-            OpBuf::Aligned(a) => a.as_mut_slice(),
-            OpBuf::Plain(v) => v.as_mut_slice(),
+            OpBuf::Own(b) => b,
             OpBuf::Request => match &mut self.job.req.op {
-                BlockOp::Write { data, .. } => data.as_mut_slice(),
+                BlockOp::Write { data, .. } => data,
                 _ => &mut [],
             },
         };
@@ -260,22 +259,24 @@ impl RingThread {
             return run_blocking(&self.fallback, job);
         };
         let (direct, buffered) = (dev.direct_fd(), dev.buffered_fd());
-        let plan = match (&job.req.op, direct) {
-            (BlockOp::Read { offset, len }, Some(fd)) if is_aligned(*offset, *len as usize) => {
-                Aligned::new(*len as usize).map(|buf| (Dir::Read, fd, *offset, OpBuf::Aligned(buf)))
+        // The descriptor for I/O at `offset` of `len` bytes: direct when aligned.
+        let fd_for = |offset: u64, len: usize| match direct {
+            Some(fd) if is_aligned(offset, len) => fd,
+            _ => buffered,
+        };
+        let plan = match &job.req.op {
+            BlockOp::Read { offset, len } if *len > 0 => {
+                let buf = OpBuf::Own(IoBuf::zeroed(*len as usize));
+                Some((Dir::Read, fd_for(*offset, *len as usize), *offset, buf))
             }
-            (BlockOp::Write { offset, data, fua }, Some(fd)) if is_aligned(*offset, data.len()) => {
-                Aligned::new(data.len()).map(|mut buf| {
-                    buf.as_mut_slice().copy_from_slice(data);
-                    (Dir::Write { fua: *fua }, fd, *offset, OpBuf::Aligned(buf))
-                })
-            }
-            (BlockOp::Read { offset, len }, _) if *len > 0 => {
-                let buf = OpBuf::Plain(vec![0; *len as usize]);
-                Some((Dir::Read, buffered, *offset, buf))
-            }
-            (BlockOp::Write { offset, data, fua }, _) if !data.is_empty() => {
-                Some((Dir::Write { fua: *fua }, buffered, *offset, OpBuf::Request))
+            BlockOp::Write { offset, data, fua } if !data.is_empty() => {
+                let fd = fd_for(*offset, data.len());
+                let buf = if fd == buffered || memory_aligned(data) {
+                    OpBuf::Request
+                } else {
+                    OpBuf::Own(IoBuf::copy_from(data))
+                };
+                Some((Dir::Write { fua: *fua }, fd, *offset, buf))
             }
             _ => None,
         };
@@ -366,8 +367,7 @@ impl RingThread {
         let InFlight { job, dir, buf, .. } = op;
         let Job { req, done } = job;
         let outcome = match (dir, buf) {
-            (Dir::Read, OpBuf::Aligned(a)) => Ok(IoOutcome::Read(a.as_slice().to_vec())),
-            (Dir::Read, OpBuf::Plain(v)) => Ok(IoOutcome::Read(v)),
+            (Dir::Read, OpBuf::Own(b)) => Ok(IoOutcome::Read(b)),
             // `accept` never plans this; answer an error rather than empty data.
             (Dir::Read, OpBuf::Request) => Err(io::Error::other("read planned without a buffer")),
             (Dir::Write { .. }, _) => Ok(IoOutcome::Done),
@@ -449,7 +449,7 @@ mod tests {
         let data: Vec<u8> = (0..128 * 1024).map(|i| (i % 251) as u8).collect();
         let w = BlockOp::Write {
             offset: 64 * 1024,
-            data: data.clone(),
+            data: IoBuf::copy_from(&data),
             fua: true,
         };
         assert_eq!(run(&exec, dev.clone(), w).await.unwrap(), IoOutcome::Done);
@@ -459,7 +459,7 @@ mod tests {
         };
         assert_eq!(
             run(&exec, dev.clone(), r).await.unwrap(),
-            IoOutcome::Read(data.clone())
+            IoOutcome::Read(IoBuf::copy_from(&data))
         );
         // What the ring wrote is what the blocking path reads, and the other way round.
         let mut check = vec![0u8; 4096];
@@ -470,7 +470,7 @@ mod tests {
         // the direct one; a flush takes the blocking pool.
         let w = BlockOp::Write {
             offset: 10,
-            data: b"hello".to_vec(),
+            data: IoBuf::copy_from(b"hello"),
             fua: false,
         };
         assert_eq!(run(&exec, dev.clone(), w).await.unwrap(), IoOutcome::Done);
@@ -515,7 +515,7 @@ mod tests {
         let data: Vec<u8> = (0..10_000).map(|i| (i % 253) as u8).collect();
         let w = BlockOp::Write {
             offset: 4000,
-            data: data.clone(),
+            data: IoBuf::copy_from(&data),
             fua: true,
         };
         assert_eq!(run(&exec, dev.clone(), w).await.unwrap(), IoOutcome::Done);
@@ -525,7 +525,7 @@ mod tests {
         };
         assert_eq!(
             run(&exec, dev.clone(), r).await.unwrap(),
-            IoOutcome::Read(data.clone())
+            IoOutcome::Read(IoBuf::copy_from(&data))
         );
         let mut check = vec![0u8; data.len()];
         dev.read_at(4000, &mut check).unwrap();
@@ -564,7 +564,7 @@ mod tests {
                 let data = vec![(block % 255) as u8 + 1; 4096];
                 let w = BlockOp::Write {
                     offset: block * 4096,
-                    data: data.clone(),
+                    data: IoBuf::copy_from(&data),
                     fua: false,
                 };
                 run(&exec, dev.clone(), w).await.unwrap();
@@ -572,7 +572,10 @@ mod tests {
                     offset: block * 4096,
                     len: 4096,
                 };
-                assert_eq!(run(&exec, dev, r).await.unwrap(), IoOutcome::Read(data));
+                assert_eq!(
+                    run(&exec, dev, r).await.unwrap(),
+                    IoOutcome::Read(IoBuf::copy_from(&data))
+                );
             }));
         }
         for t in tasks {

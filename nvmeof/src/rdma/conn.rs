@@ -23,6 +23,7 @@ use super::wire::QueueSizes;
 use super::{RdmaError, CHUNKS_PER_QUEUE, CHUNK_SIZE, MAX_SGE, RECV_SLOT};
 use crate::spec::{Cqe, KeyedSgl, CQE_LEN};
 use crate::target::io::{IoOutcome, IoRequest};
+use crate::target::iobuf::IoBuf;
 use crate::target::{ListenerInfo, Output, Queue, Target};
 
 /// How long the thread keeps polling the CQ after the last piece of work before it
@@ -697,8 +698,9 @@ impl Conn {
         }
         match self.ctx.remove(&wc.wr_id) {
             Some(WrCtx::Read { cid, chunks, len }) => {
-                let mut data = Vec::with_capacity(len);
+                let mut data = IoBuf::with_capacity(len);
                 for (at, n) in self.pool.segments(&chunks, len) {
+                    // The segments add up to `len`, the capacity: this always fits.
                     data.extend_from_slice(self.stage.slice(at, n));
                 }
                 self.pool.release(&chunks);
@@ -749,7 +751,7 @@ impl Conn {
                     }
                 }
                 Output::FetchData { cid, sgl } if sgl.len == 0 => {
-                    q.data_fetched(cid, Some(Vec::new()), now);
+                    q.data_fetched(cid, Some(IoBuf::default()), now);
                 }
                 o @ (Output::FetchData { .. } | Output::Respond { .. }) => self.submit(o)?,
                 Output::Close => close = true,

@@ -5,6 +5,7 @@ use std::io;
 use std::sync::Arc;
 
 use super::config::{BlockDevice, IoCounters, NamespaceConfig};
+use super::iobuf::IoBuf;
 use super::limits::*;
 use crate::spec::{io_opc, sc, Sqe, Status};
 
@@ -22,8 +23,8 @@ pub enum BlockOp {
     Write {
         /// Byte offset.
         offset: u64,
-        /// The data.
-        data: Vec<u8>,
+        /// The data (aligned, so a backend may write it in place).
+        data: IoBuf,
         /// Force unit access.
         fua: bool,
     },
@@ -74,7 +75,7 @@ impl std::fmt::Debug for IoRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IoOutcome {
     /// Data read.
-    Read(Vec<u8>),
+    Read(IoBuf),
     /// The operation completed.
     Done,
 }
@@ -86,7 +87,7 @@ impl IoRequest {
         let d = &self.device;
         match &self.op {
             BlockOp::Read { offset, len } => {
-                let mut buf = vec![0u8; *len as usize];
+                let mut buf = IoBuf::zeroed(*len as usize);
                 d.read_at(*offset, &mut buf)?;
                 Ok(IoOutcome::Read(buf))
             }
@@ -199,7 +200,7 @@ fn plan_inner(ns: &NamespaceConfig, sqe: &Sqe, sgl_len: u32) -> Result<IoPlan, S
 }
 
 /// Builds the operation of a command that carried data (Write, DSM).
-pub fn build_with_data(ns: &NamespaceConfig, sqe: &Sqe, data: Vec<u8>) -> IoPlan {
+pub fn build_with_data(ns: &NamespaceConfig, sqe: &Sqe, data: IoBuf) -> IoPlan {
     match sqe.opcode() {
         io_opc::WRITE => {
             let nlb = u64::from(sqe.cdw(12) & 0xffff) + 1;

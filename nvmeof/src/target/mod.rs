@@ -5,6 +5,7 @@ pub mod admin;
 pub mod config;
 pub mod controller;
 pub mod io;
+pub mod iobuf;
 pub mod limits;
 pub mod mem;
 pub mod queue;
@@ -16,6 +17,7 @@ pub use config::{
 };
 pub use controller::{Controller, IoKind, SessionHooks, SessionObserver, Target};
 pub use io::{BlockOp, IoOutcome, IoRequest};
+pub use iobuf::{IoBuf, IO_BUF_ALIGN};
 pub use queue::{Output, Queue, Wire};
 
 #[cfg(test)]

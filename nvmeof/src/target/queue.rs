@@ -19,6 +19,7 @@ use super::config::{IoCounters, TargetConfig};
 use super::controller::IoKind;
 use super::controller::*;
 use super::io::{self as nvm_io, BlockOp, IoOutcome, IoPlan, IoRequest};
+use super::iobuf::IoBuf;
 use super::limits::*;
 use crate::spec::fabrics::{self, ConnectCmd, ConnectData, CONNECT_DATA_LEN};
 use crate::spec::{
@@ -86,7 +87,7 @@ enum CmdState {
     /// Waiting for an R2T slot.
     WaitR2t { len: u32 },
     /// R2T sent, collecting H2CData.
-    Receiving { buf: Vec<u8>, ttag: u16 },
+    Receiving { buf: IoBuf, ttag: u16 },
     /// Storage or AER in progress.
     Running,
     /// RDMA READ of the host's data in progress.
@@ -357,7 +358,7 @@ impl Queue {
 
     /// RDMA: the host data of command `cid` (requested by [`Output::FetchData`]) has
     /// been read, or could not be (`None`: the queue pair failed and closes).
-    pub fn data_fetched(&mut self, cid: u16, data: Option<Vec<u8>>, now_ms: u64) {
+    pub fn data_fetched(&mut self, cid: u16, data: Option<IoBuf>, now_ms: u64) {
         if self.phase == Phase::Closed {
             return;
         }
@@ -447,7 +448,7 @@ impl Queue {
                         let end = start.saturating_add(sgl.len as usize);
                         match data.get(start..end) {
                             Some(d) if sgl.len <= self.max_incapsule_data() => {
-                                let d = d.to_vec();
+                                let d = IoBuf::copy_from(d);
                                 self.inflight.insert(
                                     cid,
                                     Cmd {
@@ -508,7 +509,7 @@ impl Queue {
                         state: CmdState::Running,
                     },
                 );
-                self.dispatch(cid, Vec::new(), now_ms);
+                self.dispatch(cid, IoBuf::default(), now_ms);
             }
         }
     }
@@ -566,7 +567,7 @@ impl Queue {
             let ttag = self.next_ttag;
             self.next_ttag = self.next_ttag.wrapping_add(1);
             cmd.state = CmdState::Receiving {
-                buf: Vec::with_capacity(len as usize),
+                buf: IoBuf::with_capacity(len as usize),
                 ttag,
             };
             self.r2t_active += 1;
@@ -602,7 +603,9 @@ impl Queue {
         if buf.len() + d.data.len() > total || d.data.len() > MAX_H2C_DATA as usize {
             return self.fatal(TermReqFes::DataTransferOutOfRange, 16, header);
         }
-        buf.extend_from_slice(d.data);
+        if !buf.extend_from_slice(d.data) {
+            return self.fatal(TermReqFes::DataTransferOutOfRange, 16, header);
+        }
         let last = d.flags & tcp::FLAG_LAST_PDU != 0;
         let complete = buf.len() == total;
         if last != complete {
@@ -618,7 +621,7 @@ impl Queue {
     }
 
     /// Runs a command whose data (if any) is complete.
-    fn dispatch(&mut self, cid: u16, data: Vec<u8>, now_ms: u64) {
+    fn dispatch(&mut self, cid: u16, data: IoBuf, now_ms: u64) {
         let Some(cmd) = self.inflight.get(&cid) else {
             return;
         };
@@ -661,7 +664,7 @@ impl Queue {
         self.io_command(&ctrl, cid, &sqe, data);
     }
 
-    fn io_command(&mut self, ctrl: &Controller, cid: u16, sqe: &Sqe, data: Vec<u8>) {
+    fn io_command(&mut self, ctrl: &Controller, cid: u16, sqe: &Sqe, data: IoBuf) {
         self.refresh_config();
         let cfg = self.cfg.clone();
         let Some(ns) = cfg

@@ -1024,7 +1024,7 @@ fn rdma_connect(q: &mut Queue, qid: u16, cntlid: u16) -> Cqe {
         hostnqn: HOSTNQN.into(),
     }
     .to_bytes();
-    q.data_fetched(*cid, Some(data.to_vec()), 0);
+    q.data_fetched(*cid, Some(IoBuf::copy_from(&data)), 0);
     let out = rdma_drain(q);
     match &out[..] {
         [RdmaOut::Respond(c, d, inv)] => {
@@ -1105,7 +1105,7 @@ fn rdma_queue_connects_reads_and_writes_through_keyed_sgls() {
     };
     assert_eq!(k.len, 8192);
     let payload: Vec<u8> = (0..8192u32).map(|i| (i * 7) as u8).collect();
-    io.data_fetched(7, Some(payload.clone()), 0);
+    io.data_fetched(7, Some(IoBuf::copy_from(&payload)), 0);
     assert!(
         matches!(&rdma_drain(&mut io)[..], [RdmaOut::Respond(c, d, Some(0x77))] if c.status().is_success() && c.cid == 7 && d.is_empty())
     );
