@@ -1,5 +1,6 @@
 //! The tokio NVMe/TCP transport: one task per connection (= per queue), storage on
-//! the blocking pool, nothing shared between queues on the data path but atomics.
+//! the target's executor (or the blocking pool), nothing shared between queues on the
+//! data path but atomics. Answers leave in vectored writes, many PDUs per system call.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
