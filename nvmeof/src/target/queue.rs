@@ -447,7 +447,8 @@ impl Queue {
                         let start = usize::try_from(sgl.addr).unwrap_or(usize::MAX);
                         let end = start.saturating_add(sgl.len as usize);
                         match data.get(start..end) {
-                            Some(d) if sgl.len <= self.max_incapsule_data() => {
+                            // The limit this listener's Identify advertised (IOCCSZ).
+                            Some(d) if sgl.len <= max_incapsule_data(self.listener.trtype) => {
                                 let d = IoBuf::copy_from(d);
                                 self.inflight.insert(
                                     cid,
@@ -511,14 +512,6 @@ impl Queue {
                 );
                 self.dispatch(cid, IoBuf::default(), now_ms);
             }
-        }
-    }
-
-    /// In-capsule data this queue's transport accepts (and Identify advertises).
-    fn max_incapsule_data(&self) -> u32 {
-        match self.wire {
-            Wire::Tcp => MAX_INCAPSULE_DATA_TCP,
-            Wire::Rdma => MAX_INCAPSULE_DATA_RDMA,
         }
     }
 
@@ -600,10 +593,8 @@ impl Queue {
         if d.datao as usize != buf.len() {
             return self.fatal(TermReqFes::DataTransferOutOfRange, 12, header);
         }
-        if buf.len() + d.data.len() > total || d.data.len() > MAX_H2C_DATA as usize {
-            return self.fatal(TermReqFes::DataTransferOutOfRange, 16, header);
-        }
-        if !buf.extend_from_slice(d.data) {
+        // The buffer's capacity is the command's length: data past it is refused.
+        if d.data.len() > MAX_H2C_DATA as usize || !buf.extend_from_slice(d.data) {
             return self.fatal(TermReqFes::DataTransferOutOfRange, 16, header);
         }
         let last = d.flags & tcp::FLAG_LAST_PDU != 0;
