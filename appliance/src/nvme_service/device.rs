@@ -180,6 +180,16 @@ impl BlockDevice for FileDevice {
     }
 }
 
+/// A volume file of `size` bytes at `dir/v.vol`, opened (tests of this module and of
+/// the io_uring executor); the path is returned too, for tests that change the file.
+#[cfg(test)]
+pub(crate) fn test_volume(dir: &Path, size: u64) -> (std::path::PathBuf, FileDevice) {
+    let path = dir.join("v.vol");
+    File::create(&path).unwrap().set_len(size).unwrap();
+    let dev = FileDevice::open(&path, size).unwrap();
+    (path, dev)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,9 +197,7 @@ mod tests {
     #[test]
     fn punch_and_zero_read_back_zeroes() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("v.vol");
-        File::create(&p).unwrap().set_len(1 << 20).unwrap();
-        let d = FileDevice::open(&p, 1 << 20).unwrap();
+        let (_, d) = test_volume(dir.path(), 1 << 20);
         // /tmp on this appliance's build hosts is ext4: the direct path is exercised.
         assert!(d.is_direct());
         d.write_at(4096, &[0xab; 8192], true).unwrap();
@@ -215,9 +223,7 @@ mod tests {
     #[test]
     fn direct_io_uses_aligned_buffers_in_place_and_bounces_unaligned_memory() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("v.vol");
-        File::create(&p).unwrap().set_len(1 << 20).unwrap();
-        let d = FileDevice::open(&p, 1 << 20).unwrap();
+        let (_, d) = test_volume(dir.path(), 1 << 20);
         assert!(d.is_direct(), "the test needs O_DIRECT (ext4 /tmp)");
         // The target's own buffers: aligned, so O_DIRECT takes them as they are.
         let data = IoBuf::copy_from(&[0x5a; 8192]);

@@ -103,29 +103,22 @@ impl IoExecutor for UringExecutor {
     }
 }
 
-/// Read or write, as the ring runs it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Dir {
-    Read,
-    Write { fua: bool },
-}
-
-/// Where an operation's bytes live while the kernel holds them.
-enum OpBuf {
-    /// A read's answer, or a copy of write data that is not aligned in memory (only a
-    /// buffer not made by the target).
-    Own(IoBuf),
-    /// The write command's data inside the job's request, used in place.
-    Request,
+/// Read or write as the ring runs it, with where its bytes live while the kernel
+/// holds them.
+enum RingOp {
+    /// Into the buffer that becomes the answer.
+    Read(IoBuf),
+    /// From the command's own data (`copy: None`), or from an aligned copy of it when
+    /// O_DIRECT cannot take its memory (only a buffer not made by the target).
+    Write { fua: bool, copy: Option<IoBuf> },
 }
 
 /// An operation in the ring: the buffer lives here until its completion arrives.
 struct InFlight {
     job: Job,
-    dir: Dir,
+    op: RingOp,
     fd: RawFd,
     offset: u64,
-    buf: OpBuf,
     /// Bytes done so far (short transfers are resubmitted for the rest).
     progress: usize,
 }
@@ -133,9 +126,9 @@ struct InFlight {
 impl InFlight {
     /// The operation's whole buffer (start and length); reads may write through it.
     fn window(&mut self) -> (*mut u8, usize) {
-        let s: &mut [u8] = match &mut self.buf {
-            OpBuf::Own(b) => b,
-            OpBuf::Request => match &mut self.job.req.op {
+        let s: &mut [u8] = match &mut self.op {
+            RingOp::Read(b) | RingOp::Write { copy: Some(b), .. } => b,
+            RingOp::Write { copy: None, .. } => match &mut self.job.req.op {
                 BlockOp::Write { data, .. } => data,
                 _ => &mut [],
             },
@@ -266,27 +259,23 @@ impl RingThread {
         };
         let plan = match &job.req.op {
             BlockOp::Read { offset, len } if *len > 0 => {
-                let buf = OpBuf::Own(IoBuf::zeroed(*len as usize));
-                Some((Dir::Read, fd_for(*offset, *len as usize), *offset, buf))
+                let op = RingOp::Read(IoBuf::zeroed(*len as usize));
+                Some((op, fd_for(*offset, *len as usize), *offset))
             }
             BlockOp::Write { offset, data, fua } if !data.is_empty() => {
                 let fd = fd_for(*offset, data.len());
-                let buf = if fd == buffered || memory_aligned(data) {
-                    OpBuf::Request
-                } else {
-                    OpBuf::Own(IoBuf::copy_from(data))
-                };
-                Some((Dir::Write { fua: *fua }, fd, *offset, buf))
+                let copy =
+                    (fd != buffered && !memory_aligned(data)).then(|| IoBuf::copy_from(data));
+                Some((RingOp::Write { fua: *fua, copy }, fd, *offset))
             }
             _ => None,
         };
         match plan {
-            Some((dir, fd, offset, buf)) => self.backlog.push_back(InFlight {
+            Some((op, fd, offset)) => self.backlog.push_back(InFlight {
                 job,
-                dir,
+                op,
                 fd,
                 offset,
-                buf,
                 progress: 0,
             }),
             None => run_blocking(&self.fallback, job),
@@ -314,16 +303,16 @@ impl RingThread {
         let len = u32::try_from(total - done).unwrap_or(u32::MAX);
         let at = op.offset + op.progress as u64;
         let fd = types::Fd(op.fd);
-        let sqe = match op.dir {
-            Dir::Read => opcode::Read::new(fd, ptr, len).offset(at).build(),
-            Dir::Write { fua } => opcode::Write::new(fd, ptr.cast_const(), len)
+        let sqe = match op.op {
+            RingOp::Read(_) => opcode::Read::new(fd, ptr, len).offset(at).build(),
+            RingOp::Write { fua, .. } => opcode::Write::new(fd, ptr.cast_const(), len)
                 .offset(at)
                 .rw_flags(if fua { libc::RWF_DSYNC } else { 0 })
                 .build(),
         }
         .user_data(key);
         // SAFETY: the buffer is owned by `op`, which stays in `inflight` (heap memory
-        // that does not move when the map grows: every `OpBuf` is or points into a
+        // that does not move when the map grows: every `RingOp` buffer is or is in a
         // Vec, and the request's Vec is not touched while in flight) until this
         // operation's completion is reaped; the descriptor belongs to the device the
         // request holds an `Arc` of, so it stays open as long as `op`.
@@ -348,11 +337,11 @@ impl RingThread {
         let n = res as usize;
         let total = op.window().1;
         if n == 0 && op.progress < total {
-            match op.dir {
+            match op.op {
                 // End of file: the rest of a volume reads as zeroes (a file shorter
                 // than its volume, e.g. after a crash during a resize).
-                Dir::Read => op.progress = total,
-                Dir::Write { .. } => {
+                RingOp::Read(_) => op.progress = total,
+                RingOp::Write { .. } => {
                     let Job { req, done } = op.job;
                     done(req, Err(io::Error::from(io::ErrorKind::WriteZero)));
                     return;
@@ -364,25 +353,21 @@ impl RingThread {
             self.backlog.push_front(op);
             return;
         }
-        let InFlight { job, dir, buf, .. } = op;
+        let InFlight { job, op, .. } = op;
         let Job { req, done } = job;
-        let outcome = match (dir, buf) {
-            (Dir::Read, OpBuf::Own(b)) => Ok(IoOutcome::Read(b)),
-            // `accept` never plans this; answer an error rather than empty data.
-            (Dir::Read, OpBuf::Request) => Err(io::Error::other("read planned without a buffer")),
-            (Dir::Write { .. }, _) => Ok(IoOutcome::Done),
+        let outcome = match op {
+            RingOp::Read(b) => IoOutcome::Read(b),
+            RingOp::Write { .. } => IoOutcome::Done,
         };
-        if outcome.is_ok() {
-            self.completed.fetch_add(1, Ordering::Relaxed);
-        }
-        done(req, outcome);
+        self.completed.fetch_add(1, Ordering::Relaxed);
+        done(req, Ok(outcome));
     }
 
     fn fail_all(&mut self, e: &io::Error) {
         // Buffers of operations the kernel may still hold must not be freed: leak them.
         for (_, op) in self.inflight.drain() {
-            let InFlight { job, buf, .. } = op;
-            std::mem::forget(buf);
+            let InFlight { job, op, .. } = op;
+            std::mem::forget(op);
             let Job { mut req, done } = job;
             if let BlockOp::Write { data, .. } = &mut req.op {
                 std::mem::forget(std::mem::take(data));
@@ -408,6 +393,7 @@ fn is_aligned(offset: u64, len: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nvme_service::device::test_volume;
     use std::sync::Arc;
 
     use quarry_nvmeof::target::{BlockDevice, IoCounters};
@@ -437,9 +423,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn reads_and_writes_go_through_the_ring_direct_when_aligned_buffered_otherwise() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("v.vol");
-        File::create(&path).unwrap().set_len(1 << 20).unwrap();
-        let dev = Arc::new(FileDevice::open(&path, 1 << 20).unwrap());
+        let (_, dev) = test_volume(dir.path(), 1 << 20);
+        let dev = Arc::new(dev);
         assert!(
             dev.direct_fd().is_some(),
             "the test needs O_DIRECT (ext4 /tmp)"
@@ -507,9 +492,8 @@ mod tests {
     async fn a_volume_without_o_direct_is_served_by_the_ring_through_its_buffered_descriptor() {
         // tmpfs has no O_DIRECT (Linux 6.1, the guest lab's kernel).
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-        let path = dir.path().join("v.vol");
-        File::create(&path).unwrap().set_len(1 << 20).unwrap();
-        let dev = Arc::new(FileDevice::open(&path, 1 << 20).unwrap());
+        let (path, dev) = test_volume(dir.path(), 1 << 20);
+        let dev = Arc::new(dev);
         let exec = UringExecutor::start().unwrap();
         // Unaligned, with FUA, across a page boundary.
         let data: Vec<u8> = (0..10_000).map(|i| (i % 253) as u8).collect();
@@ -552,9 +536,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn many_concurrent_operations_beyond_the_ring_size_all_complete() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("v.vol");
-        File::create(&path).unwrap().set_len(8 << 20).unwrap();
-        let dev = Arc::new(FileDevice::open(&path, 8 << 20).unwrap());
+        let (_, dev) = test_volume(dir.path(), 8 << 20);
+        let dev = Arc::new(dev);
         let exec = Arc::new(UringExecutor::start().unwrap());
         let mut tasks = Vec::new();
         for i in 0..(RING_ENTRIES as u64 * 2) {
