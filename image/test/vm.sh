@@ -14,8 +14,13 @@ cleanup() {
         kill "$QEMU_PID" 2>/dev/null || true
         wait "$QEMU_PID" 2>/dev/null || true
     fi
-    if [ "${KEEP:-0}" = 1 ] || [ "${FAILED:-0}" = 1 ]; then
+    if [ "${KEEP:-0}" = 1 ]; then
         log "work dir kept: $WORK (serial log: $WORK/serial.log)"
+    elif [ "${FAILED:-0}" = 1 ]; then
+        # The logs tell what happened; disks, bundles and transfer files (hundreds of MiB)
+        # would only fill /tmp.
+        rm -f "$WORK"/*.qcow2 "$WORK"/*.raw "$WORK"/*.bundle "$WORK"/*.bin
+        log "work dir kept without its disks: $WORK (serial log: $WORK/serial.log)"
     else
         rm -rf "$WORK"
     fi

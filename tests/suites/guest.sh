@@ -12,4 +12,6 @@ cd "$(dirname "$0")/../.."
 cargo build --release -p quarry --bin quarry --features rdma
 export QUARRY_GUEST_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/quarry"
 # shellcheck disable=SC2086
-exec cargo test ${QUARRY_CARGO_FEATURES:-} --no-fail-fast -p quarry-tests --test smb_kernel_cifs --test nvme_guest --test nvme_rdma_guest -- --ignored --test-threads=1
+# --workspace, not -p quarry-tests: the same feature resolution as dev/test's cargo-tests,
+# so these test binaries are the ones already built, not a second copy of everything.
+exec cargo test --workspace ${QUARRY_CARGO_FEATURES:-} --no-fail-fast --test smb_kernel_cifs --test nvme_guest --test nvme_rdma_guest -- --ignored --test-threads=1

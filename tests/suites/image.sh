@@ -24,6 +24,12 @@ TARGET=$(cargo metadata --format-version 1 --no-deps | jq -er .target_directory)
     || die "cannot find cargo's target directory"
 OUT=$TARGET/image-test
 mkdir -p "$OUT" "$QUARRY_IMAGE_CACHE"
+# The image (a 1.8 GiB raw disk, its .zst and root) and the bundles take 2.7 GiB; only
+# the logs and figures outlive the suite, so later suites keep their disk. Set
+# QUARRY_KEEP_IMAGE=1 to keep them for a look.
+remove_images() { [ -n "${QUARRY_KEEP_IMAGE:-}" ] || rm -rf "$OUT/v1" "$OUT/v2" "$OUT/v3"; }
+remove_images
+trap remove_images EXIT
 RESULTS=$OUT/results.txt
 : >"$RESULTS"
 t_suite=$SECONDS
@@ -32,7 +38,9 @@ t_suite=$SECONDS
 # check is a small host-side binary of quarry-tests.
 log "cargo build --release -p quarry --features rdma"
 cargo build --release -p quarry --bin quarry --features rdma
-cargo build -p quarry-tests --bin quarry-nvme-check
+# dev/test's debug build exactly (see tests/suites/webui.sh), so nothing is compiled twice.
+# shellcheck disable=SC2086
+cargo build --workspace --all-targets ${QUARRY_CARGO_FEATURES:-}
 QUARRY_BIN=$TARGET/release/quarry
 NVME_CHECK=$TARGET/debug/quarry-nvme-check
 V=$("$QUARRY_BIN" --version | awk '{ print $NF }')

@@ -22,9 +22,11 @@ if [ ! -d tests/webui/node_modules/playwright-core ]; then
     (cd tests/webui && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-# dev/test's feature set (the RDMA transport), so its build is reused, not redone.
+# dev/test's build exactly (whole workspace, all targets, its feature set): cargo
+# resolves features per selection, so building `-p quarry` alone would compile quarry
+# and part of its dependency graph a second time.
 # shellcheck disable=SC2086
-cargo build -q -p quarry ${QUARRY_CARGO_FEATURES:-}
+cargo build -q --workspace --all-targets ${QUARRY_CARGO_FEATURES:-}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 BIN=${QUARRY_BIN:-$TARGET/debug/quarry}
 ARTIFACTS=${WEBUI_ARTIFACTS:-$TARGET/webui-artifacts}
