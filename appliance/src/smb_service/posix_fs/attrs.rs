@@ -72,14 +72,51 @@ fn read_u64(fd: BorrowedFd<'_>, name: &std::ffi::CStr, xs: &XattrSupport) -> Opt
 }
 
 /// Reads the stored attributes and creation time of an open file.
+///
+/// Most files carry neither value (default attributes, creation time from statx), so one
+/// listing of the file's xattr names comes first and only the values it names are read:
+/// one call instead of two for most files, two instead of three for the rest (listings,
+/// where this runs per entry, and every open). A listing too long for the stack buffer
+/// (many streams) falls back to reading both values.
 pub fn read_stored(fd: BorrowedFd<'_>, xs: &XattrSupport) -> Stored {
     if !xs.enabled() {
         return Stored::default();
     }
+    let mut list = [0u8; LIST_BUFFER];
+    let (has_attributes, has_creation_time) = match sys::flistxattr_into(fd, &mut list) {
+        Ok(n) => {
+            let names = list.get(..n).unwrap_or_default();
+            (
+                lists(names, XATTR_DOS_ATTRIBUTES),
+                lists(names, XATTR_CREATION_TIME),
+            )
+        }
+        Err(e) if sys::xattr_unsupported(&e) => {
+            xs.note(&e);
+            return Stored::default();
+        }
+        Err(_) => (true, true),
+    };
     Stored {
-        attributes: read_u64(fd, XATTR_DOS_ATTRIBUTES, xs).and_then(|v| u32::try_from(v).ok()),
-        creation_time: read_u64(fd, XATTR_CREATION_TIME, xs),
+        attributes: has_attributes
+            .then(|| read_u64(fd, XATTR_DOS_ATTRIBUTES, xs))
+            .flatten()
+            .and_then(|v| u32::try_from(v).ok()),
+        creation_time: has_creation_time
+            .then(|| read_u64(fd, XATTR_CREATION_TIME, xs))
+            .flatten(),
     }
+}
+
+/// Stack buffer for a file's xattr name list in [`read_stored`]; a file whose names do not
+/// fit is read the long way.
+const LIST_BUFFER: usize = 512;
+
+/// Whether a `listxattr` answer (NUL-terminated names) contains `name`.
+fn lists(names: &[u8], name: &std::ffi::CStr) -> bool {
+    names
+        .split(|b| *b == 0)
+        .any(|listed| listed == name.to_bytes())
 }
 
 fn write(
@@ -186,6 +223,46 @@ pub fn info_of(fd: BorrowedFd<'_>, xs: &XattrSupport) -> Result<(Stat, FileInfo)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn listed_names_match_whole_names_only() {
+        let names = b"security.selinux\0user.quarry.dosattrib\0user.quarry.sd\0";
+        assert!(lists(names, XATTR_DOS_ATTRIBUTES));
+        assert!(!lists(names, XATTR_CREATION_TIME));
+        assert!(!lists(b"user.quarry.dosattrib2\0", XATTR_DOS_ATTRIBUTES));
+        assert!(!lists(b"", XATTR_DOS_ATTRIBUTES));
+    }
+
+    #[test]
+    fn stored_values_are_read_whether_or_not_the_name_list_fits() {
+        let dir = tempfile::tempdir().unwrap();
+        let xs = XattrSupport::default();
+        let file = std::fs::File::create(dir.path().join("f")).unwrap();
+        let fd = file.as_fd();
+        assert_eq!(read_stored(fd, &xs), Stored::default());
+        if sys::fsetxattr(fd, XATTR_CREATION_TIME, &7u64.to_le_bytes()).is_err() {
+            return; // no user xattrs on this file system: nothing more to check
+        }
+        let only_time = read_stored(fd, &xs);
+        assert_eq!(
+            (only_time.attributes, only_time.creation_time),
+            (None, Some(7))
+        );
+        sys::fsetxattr(fd, XATTR_DOS_ATTRIBUTES, &0x20u32.to_le_bytes()).unwrap();
+        let both = Stored {
+            attributes: Some(0x20),
+            creation_time: Some(7),
+        };
+        assert_eq!(read_stored(fd, &xs), both);
+        // Names past the stack buffer (a file with many streams): the long way still reads.
+        for i in 0..40 {
+            let name = std::ffi::CString::new(format!("user.quarry.filler.{i:02}")).unwrap();
+            sys::fsetxattr(fd, &name, b"x").unwrap();
+        }
+        assert!(sys::flistxattr(fd).unwrap().len() > LIST_BUFFER);
+        assert_eq!(read_stored(fd, &xs), both);
+    }
 
     #[test]
     fn effective_attributes_follow_windows_rules() {

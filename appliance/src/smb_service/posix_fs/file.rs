@@ -99,17 +99,18 @@ impl PosixFile {
             .is_some_and(|a| a & attr::SPARSE_FILE != 0)
     }
 
-    /// Wraps an opened descriptor.
+    /// Wraps an opened descriptor; `st` is its stat, which every open path has just read
+    /// (so the identity costs no second call).
     pub(crate) fn new(
         share: Arc<ShareInner>,
         fd: OwnedFd,
+        st: &sys::Stat,
         path: Vec<String>,
         writable: bool,
         write_through: bool,
-    ) -> Result<PosixFile, FsError> {
-        let st = sys::fstat(fd.as_fd()).map_err(io_err("stat"))?;
+    ) -> PosixFile {
         let shared = share.size_locks.get((st.dev, st.ino));
-        Ok(PosixFile {
+        PosixFile {
             share,
             file: File::from(fd),
             dev: st.dev,
@@ -122,19 +123,27 @@ impl PosixFile {
             write_time: Mutex::new(WriteTimeState::default()),
             allocation_hint: AtomicU64::new(0),
             direct: DirectWrites::default(),
-        })
+        }
     }
 
     /// Current metadata.
     pub(crate) fn current_info(&self) -> Result<FileInfo, FsError> {
+        let info = attrs::info_of(self.file.as_fd(), &self.share.xattrs)?.1;
+        Ok(self.reported_info(info))
+    }
+
+    /// `read` (this file's [`attrs::info_of`], read just now, e.g. while opening it) as
+    /// [`PosixFile::current_info`] reports it: pending write times settled and the
+    /// allocation hint applied.
+    pub(crate) fn reported_info(&self, read: FileInfo) -> FileInfo {
         self.write_time_step(|w| w.on_query(Instant::now()));
-        let mut info = attrs::info_of(self.file.as_fd(), &self.share.xattrs)?.1;
+        let mut info = read;
         if !self.is_dir {
             info.allocation_size = info
                 .allocation_size
                 .max(self.allocation_hint.load(Ordering::Relaxed));
         }
-        Ok(info)
+        info
     }
 
     /// Makes this open report at least `size` bytes allocated (rounded up to a cluster).

@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use quarry_smb::vfs::names::split_path;
 use quarry_smb::vfs::{
     attr, create_options, fs_attr, CreateAction, CreateDisposition, CreateRequest, ExistingFile,
-    FsError, FsInfo, Opened, ShareFs,
+    FileInfo, FsError, FsInfo, Opened, ShareFs,
 };
 
 use crate::pool::ShareQuota;
@@ -190,8 +190,10 @@ impl PosixShareFs {
                 parent: None,
             })?;
         }
-        let file = PosixFile::new(self.inner.clone(), fd, Vec::new(), false, false)?;
-        Ok((file, CreateAction::Opened))
+        let (st, info) = attrs::info_of(fd.as_fd(), &self.inner.xattrs)?;
+        let file = PosixFile::new(self.inner.clone(), fd, &st, Vec::new(), false, false);
+        let info = file.reported_info(info);
+        Ok((file, CreateAction::Opened, info))
     }
 
     fn open_existing(&self, loc: &Located, req: &CreateRequest<'_>) -> Result<Made, FsError> {
@@ -263,20 +265,24 @@ impl PosixShareFs {
         let file = PosixFile::new(
             self.inner.clone(),
             fd,
+            &st,
             comps,
             want_write && !st.is_dir(),
             write_through,
-        )?;
+        );
         let action = match req.disposition {
             Supersede => CreateAction::Superseded,
             Overwrite | OverwriteIf => CreateAction::Overwritten,
             Open | OpenIf | Create => CreateAction::Opened,
         };
-        if truncate {
+        let info = if truncate {
             file.truncate_for_overwrite(req.attributes)?;
             file.set_allocation_hint(req.allocation_size);
-        }
-        Ok((file, action))
+            file.current_info()?
+        } else {
+            file.reported_info(info)
+        };
+        Ok((file, action, info))
     }
 
     fn create_new(&self, loc: &Located, req: &CreateRequest<'_>) -> Result<Made, FsError> {
@@ -341,22 +347,26 @@ impl PosixShareFs {
             descriptor::write(fd.as_fd(), sd, &self.inner.xattrs, true)?;
         }
         let write_through = req.options & create_options::WRITE_THROUGH != 0;
+        let (st, info) = attrs::info_of(fd.as_fd(), &self.inner.xattrs)?;
         let file = PosixFile::new(
             self.inner.clone(),
             fd,
+            &st,
             loc.components(),
             !is_dir,
             write_through,
-        )?;
+        );
         if !is_dir {
             file.set_allocation_hint(req.allocation_size);
         }
-        Ok((file, CreateAction::Created))
+        let info = file.reported_info(info);
+        Ok((file, CreateAction::Created, info))
     }
 }
 
-/// A file or directory opened or created by [`PosixShareFs::create_file`], and what was done.
-type Made = (PosixFile, CreateAction);
+/// A file or directory opened or created by [`PosixShareFs::create_file`], what was done,
+/// and its metadata as of the open (read once while opening, not again for the answer).
+type Made = (PosixFile, CreateAction, FileInfo);
 
 impl PosixShareFs {
     /// Opens or creates a named stream: its file first (created empty when the
@@ -380,7 +390,7 @@ impl PosixShareFs {
             stream: None,
             ..req.clone()
         };
-        let (file, file_action) = self.create_file(&file_req)?;
+        let (file, file_action, _) = self.create_file(&file_req)?;
         let fd = file.raw_fd();
         let existing = stream::find_stream(fd, &self.inner.xattrs, stream)?;
         let truncate = matches!(req.disposition, Supersede | Overwrite | OverwriteIf);
@@ -466,8 +476,7 @@ impl ShareFs for PosixShareFs {
         if let Some(stream) = req.stream {
             return self.open_stream(req, stream);
         }
-        let (file, action) = self.create_file(req)?;
-        let info = file.current_info()?;
+        let (file, action, info) = self.create_file(req)?;
         Ok(Opened {
             file: Box::new(file),
             action,

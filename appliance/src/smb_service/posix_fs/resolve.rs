@@ -313,14 +313,16 @@ pub fn locate(cache: &NameCache, root: BorrowedFd<'_>, comps: &[&str]) -> Result
             "the share root has no parent".into(),
         ));
     };
-    let mut parent: Vec<String> = Vec::with_capacity(dirs.len());
-    let mut parent_fd = open_beneath(root, &parent, libc::O_PATH | libc::O_DIRECTORY, true)?;
-    for comp in dirs {
-        let stored = lookup(cache, parent_fd.as_fd(), comp)?
-            .ok_or_else(|| FsError::PathNotFound(comp.to_string()))?;
-        parent.push(stored);
-        parent_fd = open_beneath(root, &parent, libc::O_PATH | libc::O_DIRECTORY, true)?;
-    }
+    let dir_flags = libc::O_PATH | libc::O_DIRECTORY;
+    // Clients almost always spell directories as stored: one openat2 of the whole parent
+    // path answers that, where the walk below costs a stat and an open per component.
+    // Only a miss (some component spelled in another case) takes the walk.
+    let spelled: Vec<String> = dirs.iter().map(|c| c.to_string()).collect();
+    let (parent, parent_fd) = match open_beneath(root, &spelled, dir_flags, true) {
+        Ok(fd) => (spelled, fd),
+        Err(FsError::PathNotFound(_)) => walk_parent(cache, root, dirs)?,
+        Err(e) => return Err(e),
+    };
     let found = lookup(cache, parent_fd.as_fd(), last)?;
     let exists = found.is_some();
     Ok(Located {
@@ -329,4 +331,22 @@ pub fn locate(cache: &NameCache, root: BorrowedFd<'_>, comps: &[&str]) -> Result
         name: found.unwrap_or_else(|| last.to_string()),
         exists,
     })
+}
+
+/// Opens the directory `dirs` names beneath `root` one component at a time, matching each
+/// case-insensitively; returns its stored components and descriptor.
+fn walk_parent(
+    cache: &NameCache,
+    root: BorrowedFd<'_>,
+    dirs: &[&str],
+) -> Result<(Vec<String>, OwnedFd), FsError> {
+    let mut parent: Vec<String> = Vec::with_capacity(dirs.len());
+    let mut parent_fd = open_beneath(root, &parent, libc::O_PATH | libc::O_DIRECTORY, true)?;
+    for comp in dirs {
+        let stored = lookup(cache, parent_fd.as_fd(), comp)?
+            .ok_or_else(|| FsError::PathNotFound(comp.to_string()))?;
+        parent.push(stored);
+        parent_fd = open_beneath(root, &parent, libc::O_PATH | libc::O_DIRECTORY, true)?;
+    }
+    Ok((parent, parent_fd))
 }

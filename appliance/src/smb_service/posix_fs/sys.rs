@@ -242,6 +242,18 @@ pub fn flistxattr(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
     }
 }
 
+/// Lists the xattr names of an open file into `buf` (each NUL-terminated) and returns the
+/// length used; ERANGE when they do not fit. No allocation, for per-entry hot paths.
+pub fn flistxattr_into(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for `buf.len()` bytes.
+    let rc = unsafe { libc::flistxattr(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    if rc >= 0 {
+        Ok(rc as usize)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Removes an xattr of an open file; `Ok(false)` when it was absent.
 pub fn fremovexattr(fd: BorrowedFd<'_>, name: &CStr) -> io::Result<bool> {
     // SAFETY: `name` is NUL-terminated.

@@ -317,6 +317,39 @@ fn lookup_is_case_insensitive_and_cached_names_follow_changes() {
 }
 
 #[test]
+fn nested_paths_resolve_whether_spelled_as_stored_or_not() {
+    let fx = fixture();
+    mkdir(&fx, "Data");
+    mkdir(&fx, "Data\\Train");
+    open(&fx, "Data\\Train\\a.bin", D::Create).unwrap();
+    // As stored (the one-call path), and with either component in another case (the walk).
+    for spelled in [
+        "Data\\Train\\a.bin",
+        "data\\Train\\a.bin",
+        "Data\\TRAIN\\a.bin",
+        "DATA\\train\\A.BIN",
+    ] {
+        let o = open(&fx, spelled, D::Open).unwrap();
+        assert_eq!(o.file.path(), "Data\\Train\\a.bin", "{spelled}");
+    }
+    // A create under a case variant lands in the stored directory.
+    open(&fx, "DATA\\train\\b.bin", D::Create).unwrap();
+    assert!(fx.root.join("Data/Train/b.bin").exists());
+    // Missing or non-directory intermediates are a path, not a name, not found.
+    for bad in [
+        "Data\\Nope\\a.bin",
+        "Data\\Train\\a.bin\\x",
+        "nope\\train\\a.bin",
+    ] {
+        assert_eq!(
+            open(&fx, bad, D::Open).unwrap_err(),
+            nt::OBJECT_PATH_NOT_FOUND,
+            "{bad}"
+        );
+    }
+}
+
+#[test]
 fn rename_rules() {
     let fx = fixture();
     let a = open(&fx, "a", D::Create).unwrap();
