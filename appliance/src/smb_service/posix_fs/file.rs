@@ -128,15 +128,16 @@ impl PosixFile {
 
     /// Current metadata.
     pub(crate) fn current_info(&self) -> Result<FileInfo, FsError> {
+        // A due delayed write-time update is stamped first, so the stat below shows it.
+        self.write_time_step(|w| w.on_query(Instant::now()));
         let info = attrs::info_of(self.file.as_fd(), &self.share.xattrs)?.1;
-        Ok(self.reported_info(info))
+        Ok(self.opened_info(info))
     }
 
-    /// `read` (this file's [`attrs::info_of`], read just now, e.g. while opening it) as
-    /// [`PosixFile::current_info`] reports it: pending write times settled and the
-    /// allocation hint applied.
-    pub(crate) fn reported_info(&self, read: FileInfo) -> FileInfo {
-        self.write_time_step(|w| w.on_query(Instant::now()));
+    /// `read` (this file's [`attrs::info_of`], read while opening it) as
+    /// [`PosixFile::current_info`] would report it: with the allocation hint applied. A
+    /// new open has written nothing, so it has no delayed write time to settle first.
+    pub(crate) fn opened_info(&self, read: FileInfo) -> FileInfo {
         let mut info = read;
         if !self.is_dir {
             info.allocation_size = info

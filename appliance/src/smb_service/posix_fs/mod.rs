@@ -192,7 +192,7 @@ impl PosixShareFs {
         }
         let (st, info) = attrs::info_of(fd.as_fd(), &self.inner.xattrs)?;
         let file = PosixFile::new(self.inner.clone(), fd, &st, Vec::new(), false, false);
-        let info = file.reported_info(info);
+        let info = file.opened_info(info);
         Ok((file, CreateAction::Opened, info))
     }
 
@@ -280,7 +280,7 @@ impl PosixShareFs {
             file.set_allocation_hint(req.allocation_size);
             file.current_info()?
         } else {
-            file.reported_info(info)
+            file.opened_info(info)
         };
         Ok((file, action, info))
     }
@@ -359,7 +359,7 @@ impl PosixShareFs {
         if !is_dir {
             file.set_allocation_hint(req.allocation_size);
         }
-        let info = file.reported_info(info);
+        let info = file.opened_info(info);
         Ok((file, CreateAction::Created, info))
     }
 }

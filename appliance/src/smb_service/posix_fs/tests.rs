@@ -1020,6 +1020,26 @@ fn concurrent_creates_keep_the_name_cache_exact() {
 }
 
 #[test]
+fn a_due_write_time_update_shows_in_the_query_that_settles_it() {
+    // smbtorture smb2.timestamps.delayed-1write: write, wait out the delay, query once.
+    let fx = fixture();
+    open(&fx, "f", D::Create).unwrap();
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000);
+    fs::File::options()
+        .write(true)
+        .open(fx.root.join("f"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let old_ft = quarry_smb::vfs::filetime_from_unix(1_500_000_000, 0);
+    let o = open(&fx, "f", D::Open).unwrap();
+    assert_eq!(o.info.last_write_time, old_ft);
+    o.file.write_at(0, b"a", false).unwrap();
+    std::thread::sleep(super::write_time::WRITE_TIME_DELAY + std::time::Duration::from_millis(50));
+    assert!(o.file.info().unwrap().last_write_time > old_ft);
+}
+
+#[test]
 fn write_time_updates_are_delayed_like_windows() {
     let fx = fixture();
     open(&fx, "f", D::Create).unwrap();
