@@ -1019,19 +1019,26 @@ fn concurrent_creates_keep_the_name_cache_exact() {
     assert_eq!(same, 1);
 }
 
+/// Creates `name` with a write time in 2017, so any update by a write is visible; returns
+/// that time as a FILETIME.
+fn file_written_long_ago(fx: &Fixture, name: &str) -> quarry_smb::vfs::FileTime {
+    open(fx, name, D::Create).unwrap();
+    let secs: u64 = 1_500_000_000;
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    fs::File::options()
+        .write(true)
+        .open(fx.root.join(name))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    quarry_smb::vfs::filetime_from_unix(secs as i64, 0)
+}
+
 #[test]
 fn a_due_write_time_update_shows_in_the_query_that_settles_it() {
     // smbtorture smb2.timestamps.delayed-1write: write, wait out the delay, query once.
     let fx = fixture();
-    open(&fx, "f", D::Create).unwrap();
-    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000);
-    fs::File::options()
-        .write(true)
-        .open(fx.root.join("f"))
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
-    let old_ft = quarry_smb::vfs::filetime_from_unix(1_500_000_000, 0);
+    let old_ft = file_written_long_ago(&fx, "f");
     let o = open(&fx, "f", D::Open).unwrap();
     assert_eq!(o.info.last_write_time, old_ft);
     o.file.write_at(0, b"a", false).unwrap();
@@ -1042,15 +1049,7 @@ fn a_due_write_time_update_shows_in_the_query_that_settles_it() {
 #[test]
 fn write_time_updates_are_delayed_like_windows() {
     let fx = fixture();
-    open(&fx, "f", D::Create).unwrap();
-    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000);
-    fs::File::options()
-        .write(true)
-        .open(fx.root.join("f"))
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
-    let old_ft = quarry_smb::vfs::filetime_from_unix(1_500_000_000, 0);
+    let old_ft = file_written_long_ago(&fx, "f");
     let o = open(&fx, "f", D::Open).unwrap();
     // The first write does not show yet, to this open or to others.
     o.file.write_at(0, b"a", false).unwrap();
