@@ -226,19 +226,17 @@ pub fn fgetxattr(fd: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> io::Result<
 pub fn flistxattr(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; 1024];
     loop {
-        // SAFETY: `buf` is valid for `buf.len()` bytes.
-        let rc = unsafe { libc::flistxattr(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if rc >= 0 {
-            buf.truncate(rc as usize);
-            return Ok(buf);
+        match flistxattr_into(fd, &mut buf) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            // The list grew or is longer than the first guess: 64 KiB is the kernel's cap.
+            Err(e) if e.raw_os_error() == Some(libc::ERANGE) && buf.len() < 65_536 => {
+                buf.resize(65_536, 0);
+            }
+            Err(e) => return Err(e),
         }
-        let err = io::Error::last_os_error();
-        // The list grew or is longer than the first guess: 64 KiB is the kernel's cap.
-        if err.raw_os_error() == Some(libc::ERANGE) && buf.len() < 65_536 {
-            buf.resize(65_536, 0);
-            continue;
-        }
-        return Err(err);
     }
 }
 
