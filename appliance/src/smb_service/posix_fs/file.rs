@@ -260,12 +260,8 @@ impl PosixFile {
         let Some((name, parent)) = comps.split_last() else {
             return Err(FsError::CannotDelete("the share root".into()));
         };
-        let parent_fd = resolve::open_beneath(
-            self.share.root.as_fd(),
-            parent,
-            libc::O_PATH | libc::O_DIRECTORY,
-            true,
-        )?;
+        let parent_fd =
+            resolve::open_beneath(self.share.root.as_fd(), parent, resolve::PARENT_FLAGS, true)?;
         let cname = sys::cstr(name).map_err(|_| FsError::InvalidName(name.clone()))?;
         let st = sys::lstat_at(parent_fd.as_fd(), &cname)
             .map_err(|e| FsError::from_io(format!("stat {name:?}"), e))?;

@@ -284,6 +284,9 @@ pub fn open_beneath(
     })
 }
 
+/// How the resolver opens a parent directory: by path only, for lookups and `*at` calls.
+pub(crate) const PARENT_FLAGS: libc::c_int = libc::O_PATH | libc::O_DIRECTORY;
+
 /// Where a client path lands: its parent directory (opened, O_PATH) and final name.
 pub struct Located {
     /// The parent directory.
@@ -313,12 +316,11 @@ pub fn locate(cache: &NameCache, root: BorrowedFd<'_>, comps: &[&str]) -> Result
             "the share root has no parent".into(),
         ));
     };
-    let dir_flags = libc::O_PATH | libc::O_DIRECTORY;
     // Clients almost always spell directories as stored: one openat2 of the whole parent
     // path answers that, where the walk below costs a stat and an open per component.
     // Only a miss (some component spelled in another case) takes the walk.
     let spelled: Vec<String> = dirs.iter().map(|c| c.to_string()).collect();
-    let (parent, parent_fd) = match open_beneath(root, &spelled, dir_flags, true) {
+    let (parent, parent_fd) = match open_beneath(root, &spelled, PARENT_FLAGS, true) {
         Ok(fd) => (spelled, fd),
         Err(FsError::PathNotFound(_)) => walk_parent(cache, root, dirs)?,
         Err(e) => return Err(e),
@@ -341,12 +343,12 @@ fn walk_parent(
     dirs: &[&str],
 ) -> Result<(Vec<String>, OwnedFd), FsError> {
     let mut parent: Vec<String> = Vec::with_capacity(dirs.len());
-    let mut parent_fd = open_beneath(root, &parent, libc::O_PATH | libc::O_DIRECTORY, true)?;
+    let mut parent_fd = open_beneath(root, &parent, PARENT_FLAGS, true)?;
     for comp in dirs {
         let stored = lookup(cache, parent_fd.as_fd(), comp)?
             .ok_or_else(|| FsError::PathNotFound(comp.to_string()))?;
         parent.push(stored);
-        parent_fd = open_beneath(root, &parent, libc::O_PATH | libc::O_DIRECTORY, true)?;
+        parent_fd = open_beneath(root, &parent, PARENT_FLAGS, true)?;
     }
     Ok((parent, parent_fd))
 }
