@@ -353,6 +353,14 @@ pub struct AllocatedRange {
 pub trait FsFile: Send + Sync {
     /// Reads at `offset` into `buf`; returns the bytes read (0 at or past end of file).
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, FsError>;
+    /// [`FsFile::read_at`] served from memory alone (the page cache), so the server can run
+    /// it on its own task instead of handing it to the blocking pool: all of `buf` (or up
+    /// to end of file), or [`FsError::WouldBlock`] if any of it would have to wait for the
+    /// device. Reads are side-effect free, so the server retries a failed attempt with
+    /// `read_at` on the pool. The default never tries.
+    fn read_cached(&self, _offset: u64, _buf: &mut [u8]) -> Result<usize, FsError> {
+        Err(FsError::WouldBlock)
+    }
     /// Writes all of `data` at `offset`, charging the quota first for any growth; returns
     /// `data.len()`. Fails with [`FsError::DiskFull`] and writes nothing when the share's
     /// quota (or the disk) cannot hold it. Durable before returning if `write_through` is
@@ -362,6 +370,12 @@ pub trait FsFile: Send + Sync {
     fn flush(&self) -> Result<(), FsError>;
     /// Current metadata.
     fn info(&self) -> Result<FileInfo, FsError>;
+    /// [`FsFile::info`] from the open inode in memory, without waiting for the device (for
+    /// instance no delayed write time to stamp first), or [`FsError::WouldBlock`] with
+    /// nothing done. The default never tries.
+    fn info_cached(&self) -> Result<FileInfo, FsError> {
+        Err(FsError::WouldBlock)
+    }
     /// The path of this open relative to the share, as stored (after renames), `\`-separated.
     fn path(&self) -> String;
     /// Changes times/attributes (SET_INFO FileBasicInformation).
@@ -406,6 +420,11 @@ pub trait FsFile: Send + Sync {
     /// post-close query; dropping an open without it does the same, best effort.
     fn close(&self) -> Result<(), FsError> {
         Ok(())
+    }
+    /// [`FsFile::close`] when closing changes nothing on the device (no write time to
+    /// stamp), or [`FsError::WouldBlock`] with nothing done. The default never tries.
+    fn close_cached(&self) -> Result<(), FsError> {
+        Err(FsError::WouldBlock)
     }
     /// Allocated ranges within `[offset, offset+length)`, at most `max_ranges` of them
     /// (FSCTL_QUERY_ALLOCATED_RANGES, via SEEK_DATA/SEEK_HOLE). Returns the ranges and whether
@@ -488,6 +507,14 @@ pub trait ShareFs: Send + Sync {
     /// disposition, DIRECTORY_FILE / NON_DIRECTORY_FILE against the file type
     /// (NOT_A_DIRECTORY / FILE_IS_A_DIRECTORY).
     fn create(&self, req: &CreateRequest<'_>) -> Result<Opened, FsError>;
+    /// [`ShareFs::create`] of a file that exists, answered from the kernel's caches alone
+    /// (path lookup, inode and attributes in memory, nothing created, truncated or written),
+    /// so the server can run it on its own task instead of the blocking pool. Anything it
+    /// cannot answer that way, and any failure, leaves no trace: the server then runs
+    /// `create` on the pool, which gives the authoritative answer. The default never tries.
+    fn open_cached(&self, _req: &CreateRequest<'_>) -> Result<Opened, FsError> {
+        Err(FsError::WouldBlock)
+    }
     /// Volume/size figures for QUERY_INFO (file-system classes).
     fn fs_info(&self) -> Result<FsInfo, FsError>;
 }
@@ -553,6 +580,11 @@ pub enum FsError {
     /// Process out of descriptors (EMFILE/ENFILE) → TOO_MANY_OPENED_FILES.
     #[error("too many open files")]
     TooManyOpenFiles,
+    /// A cached-only call ([`FsFile::read_cached`], [`ShareFs::open_cached`] and the like) would have to
+    /// wait for the device. The server answers it by retrying on the blocking pool, so it
+    /// never reaches a client (UNSUCCESSFUL if it did).
+    #[error("would block")]
+    WouldBlock,
     /// Any other I/O error (EIO, ...) → IO_DEVICE_ERROR / UNSUCCESSFUL.
     #[error("{context}: {source}")]
     Io {
@@ -631,7 +663,7 @@ impl FsError {
             FsError::Io { source, .. } if source.raw_os_error() == Some(libc_errno::EIO) => {
                 nt::IO_DEVICE_ERROR
             }
-            FsError::Io { .. } => nt::UNSUCCESSFUL,
+            FsError::Io { .. } | FsError::WouldBlock => nt::UNSUCCESSFUL,
         }
     }
 }

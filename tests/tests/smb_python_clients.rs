@@ -231,6 +231,81 @@ fn smbprotocol_sharing_violation_keeps_data() {
     assert!(out.contains("OK"), "{out}");
 }
 
+/// Every disposition reports the action it took, on a missing and on an existing file,
+/// first with no oplock in the share and then while another client holds a batch oplock on
+/// an unrelated file: then every CREATE first probes the file for breaks, and a probe that
+/// finds nothing creates the file in the same storage call. Data, delete-on-close and
+/// name collisions must come out the same both ways.
+const SMBPROTOCOL_CREATE_ACTIONS: &str = r#"
+import os, uuid
+from smbprotocol.connection import Connection
+from smbprotocol.session import Session
+from smbprotocol.tree import TreeConnect
+from smbprotocol.open import (Open, CreateAction, CreateDisposition as D, CreateOptions,
+    FilePipePrinterAccessMask as A, ImpersonationLevel, ShareAccess, FileAttributes,
+    RequestedOplockLevel)
+from smbprotocol.exceptions import SMBResponseException
+port = int(os.environ["PORT"])
+def tree():
+    conn = Connection(uuid.uuid4(), "127.0.0.1", port); conn.connect()
+    sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"]); sess.connect()
+    t = TreeConnect(sess, r"\\127.0.0.1\data"); t.connect()
+    return t
+RW = A.FILE_READ_DATA | A.FILE_WRITE_DATA | A.DELETE
+SHARE = ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE | ShareAccess.FILE_SHARE_DELETE
+def op(t, name, disp, options=0, oplock=RequestedOplockLevel.SMB2_OPLOCK_LEVEL_NONE):
+    o = Open(t, name)
+    o.create(ImpersonationLevel.Impersonation, RW, FileAttributes.FILE_ATTRIBUTE_NORMAL, SHARE, disp,
+             CreateOptions.FILE_NON_DIRECTORY_FILE | options, oplock_level=oplock)
+    return o
+def exists(t, name):
+    try:
+        op(t, name, D.FILE_OPEN).close(); return True
+    except SMBResponseException as e:
+        assert e.status == 0xC0000034, hex(e.status); return False
+def round(t, tag):
+    cases = [(D.FILE_OVERWRITE_IF, CreateAction.FILE_CREATED, CreateAction.FILE_OVERWRITTEN),
+             (D.FILE_SUPERSEDE, CreateAction.FILE_CREATED, CreateAction.FILE_SUPERSEDED),
+             (D.FILE_OPEN_IF, CreateAction.FILE_CREATED, CreateAction.FILE_OPENED),
+             (D.FILE_CREATE, CreateAction.FILE_CREATED, None)]
+    for i, (disp, missing, existing) in enumerate(cases):
+        name = "%s-%d.bin" % (tag, i)
+        o = op(t, name, disp)
+        assert o.create_action == missing, (tag, disp, o.create_action)
+        o.write(b"first contents", 0); o.close()
+        if existing is None:
+            try:
+                op(t, name, disp); raise SystemExit("CREATE of an existing file succeeded")
+            except SMBResponseException as e:
+                assert e.status == 0xC0000035, hex(e.status)
+            continue
+        o = op(t, name, disp)
+        assert o.create_action == existing, (tag, disp, o.create_action)
+        data = o.read(0, 14) if o.end_of_file else b""
+        assert data == (b"first contents" if existing == CreateAction.FILE_OPENED else b""), (tag, disp, data)
+        o.close()
+    # A file created with delete-on-close is gone after its close.
+    name = "%s-doc.bin" % tag
+    o = op(t, name, D.FILE_OVERWRITE_IF, CreateOptions.FILE_DELETE_ON_CLOSE)
+    assert o.create_action == CreateAction.FILE_CREATED
+    o.close()
+    assert not exists(t, name), name
+t = tree()
+round(t, "plain")
+holder = op(tree(), "held.bin", D.FILE_OVERWRITE_IF, oplock=RequestedOplockLevel.SMB2_OPLOCK_LEVEL_BATCH)
+assert holder.oplock_level == RequestedOplockLevel.SMB2_OPLOCK_LEVEL_BATCH, holder.oplock_level
+round(t, "granted")
+holder.close()
+print("OK")
+"#;
+
+#[test]
+fn smbprotocol_create_actions_hold_with_and_without_oplocks_in_the_share() {
+    let q = setup();
+    let out = python(&q, SMBPROTOCOL_CREATE_ACTIONS);
+    assert!(out.contains("OK"), "{out}");
+}
+
 /// Opens from different connections never share a FileId: share modes (and byte-range
 /// locks) of every connection live in one per-share table keyed by it. Each connection's
 /// first open below got volatile id 1 when ids were counted per connection; the reader's

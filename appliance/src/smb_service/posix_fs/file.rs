@@ -199,6 +199,27 @@ impl PosixFile {
         }
     }
 
+    /// [`PosixFile::write_time_step`] for cached calls: takes the step only when it leaves
+    /// the write time alone; when it would stamp one (a metadata write), nothing changes and
+    /// the answer is [`FsError::WouldBlock`].
+    fn write_time_step_cached(
+        &self,
+        step: impl FnOnce(&mut WriteTimeState) -> Fix,
+    ) -> Result<(), FsError> {
+        if self.is_dir {
+            return Ok(());
+        }
+        let mut state = self.write_time.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = state.clone();
+        match step(&mut next) {
+            Fix::Keep => {
+                *state = next;
+                Ok(())
+            }
+            Fix::Now | Fix::Restore(_) => Err(FsError::WouldBlock),
+        }
+    }
+
     fn size(&self) -> Result<u64, FsError> {
         Ok(sys::fstat(self.file.as_fd()).map_err(io_err("stat"))?.size)
     }
@@ -300,8 +321,14 @@ fn live_components(root: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> Option<Vec<Strin
         .collect()
 }
 
-impl FsFile for PosixFile {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, FsError> {
+impl PosixFile {
+    /// Reads at `offset` with `read` until `buf` is full or end of file.
+    fn read_fully(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        read: impl Fn(&mut [u8], u64) -> std::io::Result<usize>,
+    ) -> Result<usize, FsError> {
         if self.is_dir {
             return Err(FsError::IsDirectory);
         }
@@ -313,7 +340,7 @@ impl FsFile for PosixFile {
             let Some(rest) = buf.get_mut(done..) else {
                 break;
             };
-            match self.file.read_at(rest, offset + done as u64) {
+            match read(rest, offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -321,6 +348,26 @@ impl FsFile for PosixFile {
             }
         }
         Ok(done)
+    }
+}
+
+impl FsFile for PosixFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, FsError> {
+        self.read_fully(offset, buf, |rest, at| self.file.read_at(rest, at))
+    }
+
+    fn read_cached(&self, offset: u64, buf: &mut [u8]) -> Result<usize, FsError> {
+        let fd = self.file.as_fd();
+        self.read_fully(offset, buf, |rest, at| sys::pread_nowait(fd, rest, at))
+            .map_err(|e| match e {
+                // Not all in the page cache (EAGAIN), or no non-blocking reads on this file
+                // system (EOPNOTSUPP, tmpfs).
+                FsError::NotSupported(_) => FsError::WouldBlock,
+                FsError::Io { source, .. } if source.raw_os_error() == Some(libc::EAGAIN) => {
+                    FsError::WouldBlock
+                }
+                other => other,
+            })
     }
 
     fn write_at(&self, offset: u64, data: &[u8], write_through: bool) -> Result<usize, FsError> {
@@ -385,6 +432,12 @@ impl FsFile for PosixFile {
 
     fn info(&self) -> Result<FileInfo, FsError> {
         self.current_info()
+    }
+
+    fn info_cached(&self) -> Result<FileInfo, FsError> {
+        self.write_time_step_cached(|w| w.on_query(Instant::now()))?;
+        let info = attrs::info_of(self.file.as_fd(), &self.share.xattrs)?.1;
+        Ok(self.opened_info(info))
     }
 
     fn path(&self) -> String {
@@ -744,6 +797,11 @@ impl FsFile for PosixFile {
         let epoch = self.epoch();
         self.write_time_step(|w| w.on_close(epoch));
         Ok(())
+    }
+
+    fn close_cached(&self) -> Result<(), FsError> {
+        let epoch = self.epoch();
+        self.write_time_step_cached(|w| w.on_close(epoch))
     }
 
     fn allocated_ranges(

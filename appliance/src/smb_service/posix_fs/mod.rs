@@ -196,7 +196,14 @@ impl PosixShareFs {
         Ok((file, CreateAction::Opened, info))
     }
 
-    fn open_existing(&self, loc: &Located, req: &CreateRequest<'_>) -> Result<Made, FsError> {
+    /// Opens the existing object `loc` names; `cached` resolves it from the kernel's caches
+    /// alone ([`ShareFs::open_cached`]).
+    fn open_existing(
+        &self,
+        loc: &Located,
+        req: &CreateRequest<'_>,
+        cached: bool,
+    ) -> Result<Made, FsError> {
         use CreateDisposition::*;
         let truncate = matches!(req.disposition, Supersede | Overwrite | OverwriteIf);
         let want_write = req.write || truncate;
@@ -210,10 +217,15 @@ impl PosixShareFs {
         } else {
             libc::O_RDONLY
         };
-        let fd = match resolve::open_beneath(root, &comps, rw | libc::O_NONBLOCK, false) {
-            Err(FsError::IsDirectory) => {
-                resolve::open_beneath(root, &comps, libc::O_RDONLY | libc::O_DIRECTORY, false)?
+        let open = |flags| {
+            if cached {
+                resolve::open_beneath_cached(root, &comps, flags)
+            } else {
+                resolve::open_beneath(root, &comps, flags, false)
             }
+        };
+        let fd = match open(rw | libc::O_NONBLOCK) {
+            Err(FsError::IsDirectory) => open(libc::O_RDONLY | libc::O_DIRECTORY)?,
             other => other?,
         };
         let (st, info) = attrs::info_of(fd.as_fd(), &self.inner.xattrs)?;
@@ -424,22 +436,7 @@ impl PosixShareFs {
     /// Opens or creates the file or directory itself (no stream).
     fn create_file(&self, req: &CreateRequest<'_>) -> Result<Made, FsError> {
         use CreateDisposition::*;
-        let dir_only = req.options & create_options::DIRECTORY_FILE != 0;
-        if dir_only && req.options & create_options::NON_DIRECTORY_FILE != 0 {
-            return Err(FsError::InvalidParameter(
-                "DIRECTORY_FILE with NON_DIRECTORY_FILE".into(),
-            ));
-        }
-        if dir_only && !matches!(req.disposition, Create | Open | OpenIf) {
-            return Err(FsError::InvalidParameter(
-                "directories can only be opened or created".into(),
-            ));
-        }
-        if dir_only && req.attributes & attr::TEMPORARY != 0 {
-            return Err(FsError::InvalidParameter(
-                "a directory cannot be temporary".into(),
-            ));
-        }
+        check_create_options(req)?;
         let comps = split_path(req.path)?;
         if comps.is_empty() {
             return self.open_root(req);
@@ -448,7 +445,7 @@ impl PosixShareFs {
         if loc.exists {
             return match req.disposition {
                 Create => Err(FsError::Exists(req.path.to_string())),
-                _ => self.open_existing(&loc, req),
+                _ => self.open_existing(&loc, req, false),
             };
         }
         match req.disposition {
@@ -459,7 +456,7 @@ impl PosixShareFs {
                 Err(FsError::Exists(_)) => {
                     let again =
                         resolve::locate(&self.inner.names, self.inner.root.as_fd(), &comps)?;
-                    self.open_existing(&again, req)
+                    self.open_existing(&again, req, false)
                 }
                 other => other,
             },
@@ -477,6 +474,39 @@ impl ShareFs for PosixShareFs {
             return self.open_stream(req, stream);
         }
         let (file, action, info) = self.create_file(req)?;
+        Ok(Opened {
+            file: Box::new(file),
+            action,
+            info,
+        })
+    }
+
+    fn open_cached(&self, req: &CreateRequest<'_>) -> Result<Opened, FsError> {
+        use CreateDisposition::*;
+        // Only a plain open of an existing file or directory by its stored spelling:
+        // creating, truncating and streams write; a name spelled in another case needs the
+        // resolver's directory scan; the share root and reserved names are rare.
+        if req.stream.is_some()
+            || !matches!(req.disposition, Open | OpenIf)
+            || stream_store::path_is_reserved(req.path)
+        {
+            return Err(FsError::WouldBlock);
+        }
+        check_create_options(req)?;
+        let comps = split_path(req.path)?;
+        let Some((last, dirs)) = comps.split_last() else {
+            return Err(FsError::WouldBlock);
+        };
+        let parent: Vec<String> = dirs.iter().map(|c| c.to_string()).collect();
+        let parent_fd =
+            resolve::open_beneath_cached(self.inner.root.as_fd(), &parent, resolve::PARENT_FLAGS)?;
+        let loc = Located {
+            parent_fd,
+            parent,
+            name: last.to_string(),
+            exists: true,
+        };
+        let (file, action, info) = self.open_existing(&loc, req, true)?;
         Ok(Opened {
             file: Box::new(file),
             action,
@@ -523,6 +553,28 @@ impl ShareFs for PosixShareFs {
             fs_name: FS_NAME.to_string(),
         })
     }
+}
+
+/// The create options and disposition combinations no file system object accepts.
+fn check_create_options(req: &CreateRequest<'_>) -> Result<(), FsError> {
+    use CreateDisposition::*;
+    let dir_only = req.options & create_options::DIRECTORY_FILE != 0;
+    if dir_only && req.options & create_options::NON_DIRECTORY_FILE != 0 {
+        return Err(FsError::InvalidParameter(
+            "DIRECTORY_FILE with NON_DIRECTORY_FILE".into(),
+        ));
+    }
+    if dir_only && !matches!(req.disposition, Create | Open | OpenIf) {
+        return Err(FsError::InvalidParameter(
+            "directories can only be opened or created".into(),
+        ));
+    }
+    if dir_only && req.attributes & attr::TEMPORARY != 0 {
+        return Err(FsError::InvalidParameter(
+            "a directory cannot be temporary".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A stable 32-bit volume serial from the file system id and the share root's identity

@@ -266,22 +266,42 @@ pub fn open_beneath(
     missing_is_path: bool,
 ) -> Result<OwnedFd, FsError> {
     let path = rel_path(components)?;
-    // openat2 refuses O_PATH combined with anything but O_DIRECTORY/O_NOFOLLOW/O_CLOEXEC.
-    let flags = if flags & libc::O_PATH != 0 {
+    sys::openat_beneath(root, &path, no_ctty(flags), 0)
+        .map_err(|e| open_error(components, e, missing_is_path))
+}
+
+/// [`open_beneath`] of an existing object whose whole path the kernel resolves from its
+/// caches ([`sys::openat_beneath_cached`]): [`FsError::WouldBlock`] where it cannot (a
+/// directory not in memory, a kernel without `RESOLVE_CACHED`).
+pub fn open_beneath_cached(
+    root: BorrowedFd<'_>,
+    components: &[String],
+    flags: libc::c_int,
+) -> Result<OwnedFd, FsError> {
+    let path = rel_path(components)?;
+    sys::openat_beneath_cached(root, &path, no_ctty(flags)).map_err(|e| match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EINVAL) => FsError::WouldBlock,
+        _ => open_error(components, e, false),
+    })
+}
+
+/// `flags` with O_NOCTTY, except for O_PATH opens: openat2 refuses O_PATH combined with
+/// anything but O_DIRECTORY/O_NOFOLLOW/O_CLOEXEC.
+fn no_ctty(flags: libc::c_int) -> libc::c_int {
+    if flags & libc::O_PATH != 0 {
         flags
     } else {
         flags | libc::O_NOCTTY
-    };
-    sys::openat_beneath(root, &path, flags, 0).map_err(|e| {
-        let what = components.join("\\");
-        match e.raw_os_error() {
-            Some(libc::ENOENT) | Some(libc::ENOTDIR) if missing_is_path => {
-                FsError::PathNotFound(what)
-            }
-            Some(libc::EXDEV) | Some(libc::ELOOP) => FsError::Escape(what),
-            _ => FsError::from_io(format!("open {what:?}"), e),
-        }
-    })
+    }
+}
+
+fn open_error(components: &[String], e: std::io::Error, missing_is_path: bool) -> FsError {
+    let what = components.join("\\");
+    match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) if missing_is_path => FsError::PathNotFound(what),
+        Some(libc::EXDEV) | Some(libc::ELOOP) => FsError::Escape(what),
+        _ => FsError::from_io(format!("open {what:?}"), e),
+    }
 }
 
 /// How the resolver opens a parent directory: by path only, for lookups and `*at` calls.

@@ -17,6 +17,9 @@ const OPENAT2_EAGAIN_RETRIES: usize = 8;
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 /// `RESOLVE_BENEATH` (linux/openat2.h).
 const RESOLVE_BENEATH: u64 = 0x08;
+/// `RESOLVE_CACHED` (linux/openat2.h, Linux 5.12): resolve from the dentry cache alone,
+/// failing with EAGAIN instead of reading a directory from the device.
+const RESOLVE_CACHED: u64 = 0x20;
 
 /// `struct open_how` (linux/openat2.h); libc's is non-exhaustive, so it is declared here.
 #[repr(C)]
@@ -48,6 +51,28 @@ pub fn openat_beneath(
     flags: libc::c_int,
     mode: u32,
 ) -> io::Result<OwnedFd> {
+    openat2_beneath(dir, path, flags, mode, false)
+}
+
+/// [`openat_beneath`] of an existing object resolved from the kernel's dentry cache alone
+/// (`RESOLVE_CACHED`): EAGAIN, at once and without retries, when a directory would have to
+/// be read from the device, and for `O_CREAT`/`O_TRUNC`, which the kernel never does
+/// cached. Kernels before 5.12 refuse the flag with EINVAL.
+pub fn openat_beneath_cached(
+    dir: BorrowedFd<'_>,
+    path: &CStr,
+    flags: libc::c_int,
+) -> io::Result<OwnedFd> {
+    openat2_beneath(dir, path, flags, 0, true)
+}
+
+fn openat2_beneath(
+    dir: BorrowedFd<'_>,
+    path: &CStr,
+    flags: libc::c_int,
+    mode: u32,
+    cached: bool,
+) -> io::Result<OwnedFd> {
     let how = OpenHow {
         flags: (flags | libc::O_CLOEXEC) as u64,
         mode: if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 {
@@ -55,8 +80,10 @@ pub fn openat_beneath(
         } else {
             0
         },
-        resolve: RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+        resolve: RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | if cached { RESOLVE_CACHED } else { 0 },
     };
+    // With RESOLVE_CACHED, EAGAIN means "not cached", not a racing rename.
+    let retries = if cached { 0 } else { OPENAT2_EAGAIN_RETRIES };
     let mut attempts = 0;
     loop {
         // SAFETY: `how` is a valid open_how of the size passed; `path` is NUL-terminated.
@@ -76,9 +103,28 @@ pub fn openat_beneath(
         let err = io::Error::last_os_error();
         match err.raw_os_error() {
             Some(libc::EINTR) => continue,
-            Some(libc::EAGAIN) if attempts < OPENAT2_EAGAIN_RETRIES => attempts += 1,
+            Some(libc::EAGAIN) if attempts < retries => attempts += 1,
             _ => return Err(err),
         }
+    }
+}
+
+/// `preadv2(fd, buf, offset, RWF_NOWAIT)`: reads only what the page cache holds, failing
+/// with EAGAIN where the device would have to be read (EOPNOTSUPP where the file system
+/// does not offer non-blocking reads, such as tmpfs).
+pub fn pread_nowait(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let offset =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: one iovec over `buf`, which outlives the call and is writable for its length.
+    let rc = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc as usize)
     }
 }
 

@@ -1632,3 +1632,126 @@ fn changes_made_by_other_processes_reach_the_watcher_and_our_own_do_not() {
         seen.lock().unwrap()
     );
 }
+
+/// Drops `path`'s clean pages from the page cache, so reading it needs the device again.
+fn evict_from_page_cache(path: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    let f = fs::File::open(path).unwrap();
+    f.sync_all().unwrap();
+    // SAFETY: a valid descriptor; advice on the whole file.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0);
+}
+
+#[test]
+fn cached_opens_answer_existing_files_and_leave_everything_else_to_create() {
+    let fx = fixture();
+    mkdir(&fx, "d");
+    let made = open(&fx, "d\\f.txt", D::Create).unwrap();
+    made.file.write_at(0, b"hello", false).unwrap();
+    made.file.close().unwrap();
+    drop(made);
+    let by_create = open(&fx, "d\\f.txt", D::Open).unwrap();
+    // A file just created is in the dentry cache: the cached open answers as create does.
+    let cached = fx.fs.open_cached(&req("d\\f.txt", D::Open)).unwrap();
+    assert_eq!(cached.action, CreateAction::Opened);
+    assert_eq!(cached.info.file_id, by_create.info.file_id);
+    assert_eq!(cached.info.end_of_file, 5);
+    assert_eq!(cached.file.path(), "d\\f.txt");
+    let mut buf = [0u8; 5];
+    assert_eq!(cached.file.read_at(0, &mut buf).unwrap(), 5);
+    assert_eq!(&buf, b"hello");
+    let dir = fx
+        .fs
+        .open_cached(&CreateRequest {
+            options: co::DIRECTORY_FILE,
+            ..req("d", D::Open)
+        })
+        .unwrap();
+    assert!(dir.info.is_dir);
+    // What would create, truncate or write, and what needs the resolver's case-insensitive
+    // scan, fails, leaving the share as it was.
+    for d in [D::Create, D::Supersede, D::Overwrite, D::OverwriteIf] {
+        assert!(fx.fs.open_cached(&req("d\\f.txt", d)).is_err(), "{d:?}");
+        assert!(fx.fs.open_cached(&req("d\\new.txt", d)).is_err(), "{d:?}");
+    }
+    assert!(fx.fs.open_cached(&req("d\\new.txt", D::OpenIf)).is_err());
+    assert!(!fx.root.join("d/new.txt").exists());
+    assert_eq!(fs::read(fx.root.join("d/f.txt")).unwrap(), b"hello");
+    assert!(fx.fs.open_cached(&req("D\\F.TXT", D::Open)).is_err());
+    assert!(open(&fx, "D\\F.TXT", D::Open).is_ok());
+    // Streams, bad option combinations, the root and escapes are not opened either.
+    let stream = CreateRequest {
+        stream: Some("s"),
+        ..req("d\\f.txt", D::Open)
+    };
+    assert!(fx.fs.open_cached(&stream).is_err());
+    let temporary_dir = CreateRequest {
+        options: co::DIRECTORY_FILE,
+        attributes: attr::TEMPORARY,
+        ..req("d", D::Open)
+    };
+    assert!(matches!(
+        fx.fs.open_cached(&temporary_dir),
+        Err(FsError::InvalidParameter(_))
+    ));
+    assert!(fx.fs.open_cached(&req("", D::Open)).is_err());
+    symlink(fx.outside.join("secret"), fx.root.join("out")).unwrap();
+    assert!(fx.fs.open_cached(&req("out", D::Open)).is_err());
+}
+
+#[test]
+fn cached_reads_come_from_the_page_cache_or_not_at_all() {
+    let fx = fixture();
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let o = open(&fx, "f", D::Create).unwrap();
+    o.file.write_at(0, &data, false).unwrap();
+    let mut buf = vec![0u8; 300_000];
+    // Just written: all in the page cache; a read past the end stops there.
+    assert_eq!(o.file.read_cached(0, &mut buf).unwrap(), data.len());
+    assert_eq!(&buf[..data.len()], &data[..]);
+    assert_eq!(o.file.read_cached(data.len() as u64, &mut buf).unwrap(), 0);
+    // Evicted: the cached read refuses rather than wait for the device, and the ordinary
+    // read fetches it, after which it is cached again.
+    evict_from_page_cache(&fx.root.join("f"));
+    assert!(matches!(
+        o.file.read_cached(0, &mut buf[..100_000]),
+        Err(FsError::WouldBlock)
+    ));
+    assert_eq!(o.file.read_at(0, &mut buf[..100_000]).unwrap(), 100_000);
+    assert_eq!(o.file.read_cached(0, &mut buf[..100_000]).unwrap(), 100_000);
+    assert_eq!(&buf[..100_000], &data[..100_000]);
+    let d = mkdir(&fx, "dir");
+    assert!(matches!(
+        d.file.read_cached(0, &mut buf),
+        Err(FsError::IsDirectory)
+    ));
+}
+
+#[test]
+fn cached_close_and_query_leave_a_due_write_time_to_the_pool() {
+    let fx = fixture();
+    let old_ft = file_written_long_ago(&fx, "f");
+    // A read-only open has nothing to stamp: both answer from memory.
+    let reader = open(&fx, "f", D::Open).unwrap();
+    assert_eq!(reader.file.info_cached().unwrap().last_write_time, old_ft);
+    reader.file.close_cached().unwrap();
+    // A write leaves a write time to stamp at close: the cached close refuses and changes
+    // nothing, so the ordinary close still stamps it.
+    let writer = open(&fx, "f", D::Open).unwrap();
+    writer.file.write_at(0, b"a", false).unwrap();
+    assert_eq!(writer.file.info_cached().unwrap().last_write_time, old_ft);
+    assert!(matches!(
+        writer.file.close_cached(),
+        Err(FsError::WouldBlock)
+    ));
+    writer.file.close().unwrap();
+    assert!(writer.file.info_cached().unwrap().last_write_time > old_ft);
+    // Once the delayed update is due, the cached query leaves it to the ordinary one.
+    let late = open(&fx, "f", D::Open).unwrap();
+    let before = late.info.last_write_time;
+    late.file.write_at(0, b"b", false).unwrap();
+    std::thread::sleep(super::write_time::WRITE_TIME_DELAY + std::time::Duration::from_millis(50));
+    assert!(matches!(late.file.info_cached(), Err(FsError::WouldBlock)));
+    assert!(late.file.info().unwrap().last_write_time > before);
+}

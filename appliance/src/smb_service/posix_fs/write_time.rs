@@ -43,7 +43,7 @@ enum Phase {
 }
 
 /// The write-time state of one open.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct WriteTimeState {
     phase: Phase,
     /// A write time set explicitly through this open.

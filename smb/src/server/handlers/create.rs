@@ -442,12 +442,59 @@ async fn create_open(
     let write = access & (FILE_WRITE_DATA | FILE_APPEND_DATA) != 0 || truncates;
     let read = access & (FILE_READ_DATA | FILE_EXECUTE) != 0;
     let ro = read_only;
+    let open_gate = gate.clone();
+    let open_stream = stream.clone();
+    let (probe_fs, probe_path) = (fs.clone(), path.clone());
+    // The open itself, cached-only or not, with a given disposition: run below, or by the
+    // probe when it finds nothing to break (see there).
+    let open_call = std::sync::Arc::new(
+        move |cached: bool, disposition: CreateDisposition| -> Result<vfs::Opened, vfs::FsError> {
+            let disp = if ro && disposition == CreateDisposition::OpenIf {
+                CreateDisposition::Open
+            } else {
+                disposition
+            };
+            let r = vfs::CreateRequest {
+                path: &path,
+                disposition: disp,
+                options,
+                attributes,
+                write,
+                read,
+                allocation_size: 0,
+                stream: open_stream.as_deref(),
+                security: Some(&*open_gate),
+            };
+            let o = if cached {
+                fs.open_cached(&r)?
+            } else {
+                fs.create(&r)?
+            };
+            // EAs given at create time belong to a new (or replaced) file only.
+            if !initial_eas.is_empty() && o.action != vfs::CreateAction::Opened {
+                o.file.set_eas(&initial_eas)?;
+            }
+            if delete_on_close {
+                if let Err(e) = o.file.check_deletable() {
+                    if !matches!(e, vfs::FsError::NotEmpty) {
+                        return Err(e);
+                    }
+                }
+            }
+            Ok(o)
+        },
+    );
+    // A new file made by the probe's own storage call.
+    let mut created = None;
     if truncates || has_grants {
         // Oplock and lease breaks, and share modes, are settled before anything is
         // truncated: probe the existing file without the truncating disposition.
-        let probe_fs = fs.clone();
-        let probe_path = path.clone();
-        let existing = blocking(move || {
+        let probe_open = open_call.clone();
+        // Where nothing exists there is nothing to break or conflict with, so the probe
+        // creates the file in the same storage call, saving a second trip to the pool (a
+        // racing creator's file makes it fall back to the ordinary open below).
+        let create_absent = disposition.may_create() && !ro && stream.is_none();
+        let probed = super::cached_first(true, move |cached| {
             let r = vfs::CreateRequest {
                 path: &probe_path,
                 disposition: CreateDisposition::Open,
@@ -459,14 +506,34 @@ async fn create_open(
                 stream: None,
                 security: None,
             };
-            match probe_fs.create(&r) {
-                Ok(o) => Ok(Some(o.info.file_id)),
-                Err(vfs::FsError::NotFound(_)) => Ok(None),
+            let opened = if cached {
+                probe_fs.open_cached(&r)
+            } else {
+                probe_fs.create(&r)
+            };
+            match opened {
+                Ok(o) => Ok(Probed::Existing(o.info.file_id)),
+                Err(vfs::FsError::NotFound(_)) if !cached && create_absent => {
+                    match probe_open(false, CreateDisposition::Create) {
+                        Ok(o) => Ok(Probed::Created(o)),
+                        Err(vfs::FsError::Exists(_)) => Ok(Probed::Absent),
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(vfs::FsError::NotFound(_)) if !cached => Ok(Probed::Absent),
                 Err(e) => Err(e),
             }
         })
-        .await
-        .map(|id| id.map(&key_of));
+        .await;
+        let existing = match probed {
+            Ok(Probed::Existing(id)) => Ok(Some(key_of(id))),
+            Ok(Probed::Absent) => Ok(None),
+            Ok(Probed::Created(o)) => {
+                created = Some(o);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        };
         // An open of a file being deleted fails (DELETE_PENDING) and breaks nothing.
         let pending = matches!(&existing, Ok(Some(i)) if share_state.modes().is_delete_pending(*i));
         if let (Ok(Some(inode)), true, false) = (&existing, has_grants, pending) {
@@ -514,40 +581,19 @@ async fn create_open(
             let _ = modes.close(inode, probe_id);
         }
     }
-    let open_gate = gate.clone();
-    let open_stream = stream.clone();
-    let opened = blocking(move || {
-        let disp = if ro && disposition == CreateDisposition::OpenIf {
-            CreateDisposition::Open
-        } else {
-            disposition
-        };
-        let r = vfs::CreateRequest {
-            path: &path,
-            disposition: disp,
-            options,
-            attributes,
-            write,
-            read,
-            allocation_size: 0,
-            stream: open_stream.as_deref(),
-            security: Some(&*open_gate),
-        };
-        let o = fs.create(&r)?;
-        // EAs given at create time belong to a new (or replaced) file only.
-        if !initial_eas.is_empty() && o.action != vfs::CreateAction::Opened {
-            o.file.set_eas(&initial_eas)?;
+    // A plain open of an existing file is answered from the kernel's caches when it can be
+    // (an OPEN_IF for writing usually creates, so it goes straight to the pool);
+    // delete-on-close checks a directory's entries, which may read the device.
+    let try_cached = !truncates
+        && !delete_on_close
+        && (disposition == CreateDisposition::Open
+            || (disposition == CreateDisposition::OpenIf && !write));
+    let opened = match created {
+        Some(o) => o,
+        None => {
+            super::cached_first(try_cached, move |cached| open_call(cached, disposition)).await?
         }
-        if delete_on_close {
-            if let Err(e) = o.file.check_deletable() {
-                if !matches!(e, vfs::FsError::NotEmpty) {
-                    return Err(e);
-                }
-            }
-        }
-        Ok(o)
-    })
-    .await?;
+    };
     let file_id = new_file_id(conn);
     // The descriptor may grant less than a MAXIMUM_ALLOWED open first assumed.
     let access = gate.granted();
@@ -843,9 +889,14 @@ pub async fn close(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CloseRequest) 
     let post = if req.flags & CLOSE_FLAG_POSTQUERY_ATTRIB != 0 && !open.delete_on_close {
         match open.file.clone() {
             // The close's own write-time stamp shows in the attributes it returns.
-            Some(f) => blocking(move || {
-                f.close()?;
-                f.info()
+            Some(f) => super::cached_first(true, move |cached| {
+                if cached {
+                    f.close_cached()?;
+                    f.info_cached()
+                } else {
+                    f.close()?;
+                    f.info()
+                }
             })
             .await
             .ok()
@@ -861,6 +912,16 @@ pub async fn close(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CloseRequest) 
     let mut body = Vec::with_capacity(60);
     encode_close_response(&mut body, post.as_ref());
     Ok(Reply::ok(body))
+}
+
+/// What the probe before a truncating or lease-holding CREATE found.
+enum Probed {
+    /// The file exists, with this file id.
+    Existing(u64),
+    /// Nothing by that name.
+    Absent,
+    /// Nothing by that name, so the probe created the file (see `create_open`).
+    Created(vfs::Opened),
 }
 
 /// Which durable handle a CREATE asks to reclaim.

@@ -184,7 +184,13 @@ pub async fn query_info(
             }
             let want_streams = req.class == class::STREAM;
             let want_eas = matches!(req.class, class::EA | class::ALL);
-            let (info, path, streams, eas) = blocking(move || {
+            // Streams and EAs are read from xattrs or side files: only the plain classes
+            // are tried from the open inode in memory.
+            let try_cached = !want_streams && !want_eas;
+            let (info, path, streams, eas) = super::cached_first(try_cached, move |cached| {
+                if cached {
+                    return Ok((f.info_cached()?, f.path(), Vec::new(), Vec::new()));
+                }
                 let streams = if want_streams {
                     f.streams()?
                 } else {

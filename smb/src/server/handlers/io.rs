@@ -60,11 +60,19 @@ pub async fn read(conn: &mut Connection, ctx: &mut Ctx<'_>, req: ReadRequest) ->
         let mut fixed = Vec::with_capacity(READ_RESPONSE_FIXED);
         encode_read_response_fixed(&mut fixed, 0);
         buf[start..data_at].copy_from_slice(&fixed);
-        let (mut buf, n) = blocking(move || {
-            let n = f.read_at(offset, &mut buf[data_at..data_at + len])?;
-            Ok((buf, n))
-        })
-        .await?;
+        // From the page cache on this task when all of it is there (see `cached_first`),
+        // else on the blocking pool.
+        let cached = f.read_cached(offset, &mut buf[data_at..data_at + len]);
+        let (mut buf, n) = match cached {
+            Ok(n) => (buf, n),
+            Err(_) => {
+                blocking(move || {
+                    let n = f.read_at(offset, &mut buf[data_at..data_at + len])?;
+                    Ok((buf, n))
+                })
+                .await?
+            }
+        };
         if (n == 0 && len > 0) || n < usize::try_from(minimum).unwrap_or(usize::MAX) {
             shared.bufs().give(buf);
             return Err(status::END_OF_FILE);

@@ -50,6 +50,28 @@ where
     }
 }
 
+/// Runs a storage call that can be answered from the kernel's caches on the request's own
+/// task first, `f(true)` (the call asks storage for cached answers only:
+/// [`crate::vfs::ShareFs::open_cached`], [`crate::vfs::FsFile::read_cached`]), and on the
+/// blocking pool, `f(false)`, when that attempt fails for any reason. Cached calls change
+/// nothing unless they succeed, so the retry gives the authoritative answer. A hand-off to
+/// the pool costs two thread wake-ups, most of an open's or a cached small read's cost
+/// (tests/bench/RESULTS.md, step 10); a cached call never waits for the device, so it cannot
+/// stall the connections sharing this worker.
+pub async fn cached_first<T, F>(try_cached: bool, f: F) -> Result<T, u32>
+where
+    T: Send + 'static,
+    F: Fn(bool) -> Result<T, FsError> + Send + 'static,
+{
+    if try_cached {
+        match f(true) {
+            Ok(v) => return Ok(v),
+            Err(e) => tracing::trace!(error = %e, "cached storage call fell back to the pool"),
+        }
+    }
+    blocking(move || f(false)).await
+}
+
 /// The session of a request (already validated by the connection).
 pub fn session<'a>(conn: &'a mut Connection, ctx: &Ctx<'_>) -> Result<&'a mut Session, u32> {
     conn.state
