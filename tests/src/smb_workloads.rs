@@ -18,7 +18,8 @@ use futures_util::StreamExt;
 use smb::connection::EncryptionMode;
 use smb::{
     Client, ClientConfig, ConnectionConfig, CreateOptions, DirAccessMask, Directory,
-    FileAccessMask, FileAttributes, FileCreateArgs, FileIdBothDirectoryInformation, UncPath,
+    FileAccessMask, FileAttributes, FileCreateArgs, FileIdBothDirectoryInformation,
+    FileStandardInformation, UncPath,
 };
 use tokio::sync::Barrier;
 
@@ -250,6 +251,28 @@ impl Conn {
         }
         file.close().await?;
         Ok(at)
+    }
+
+    /// Opens the existing `rel` for its attributes only, queries its standard information
+    /// and closes it (a `stat` over SMB); returns its size.
+    async fn stat(&self, rel: &str) -> anyhow::Result<u64> {
+        let file = self
+            .client
+            .create_file(
+                &self.path(rel),
+                &FileCreateArgs::make_open_existing(
+                    FileAccessMask::new().with_file_read_attributes(true),
+                ),
+            )
+            .await
+            .with_context(|| format!("open {rel} for its attributes"))?
+            .unwrap_file();
+        let info: FileStandardInformation = file
+            .query_info()
+            .await
+            .with_context(|| format!("query {rel}"))?;
+        file.close().await?;
+        Ok(info.end_of_file)
     }
 
     /// Logs off and closes the connection.
@@ -612,6 +635,33 @@ pub async fn small_read(
     Ok(Outcome {
         bytes: per_worker.iter().sum(),
         units: files as u64,
+        secs,
+    })
+}
+
+/// Metadata: opens, queries and closes every small file, spread over `workers` clients;
+/// every size must match what was written. Figure: files/s.
+pub async fn small_stat(
+    t: &Target,
+    files: usize,
+    dirs: usize,
+    workers: usize,
+) -> anyhow::Result<Outcome> {
+    let conns = t.connect_many(workers).await?;
+    let (counts, secs) = run_tasks(conns, |w, conn| async move {
+        let mut n = 0u64;
+        for i in (w..files).step_by(workers) {
+            let (name, len) = small_file(i, dirs);
+            let size = conn.stat(&name).await?;
+            ensure!(size == len as u64, "{name}: size {size}, written {len}");
+            n += 1;
+        }
+        Ok(n)
+    })
+    .await?;
+    Ok(Outcome {
+        bytes: 0,
+        units: counts.iter().sum(),
         secs,
     })
 }
