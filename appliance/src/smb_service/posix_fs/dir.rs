@@ -83,7 +83,25 @@ impl PosixDirCursor {
     /// The entry `name` of this directory, or `None` if it is to be hidden.
     fn entry(&self, name: &str, d_type: u8) -> Result<Option<DirEntry>, FsError> {
         let cname = sys::cstr(name).map_err(|_| FsError::InvalidName(name.into()))?;
-        let opened = if d_type == libc::DT_REG || d_type == libc::DT_DIR {
+        let plain = d_type == libc::DT_REG || d_type == libc::DT_DIR;
+        if plain && !self.mac {
+            match attrs::info_at(self.dir.as_fd(), &cname, &self.share.xattrs) {
+                Ok(Some((st, info))) => {
+                    // Replaced by a symlink or a special file since readdir: hidden, as an
+                    // O_NOFOLLOW open below would hide it.
+                    return Ok((st.is_dir() || st.is_file()).then(|| DirEntry {
+                        name: name.to_string(),
+                        info,
+                        mac: None,
+                    }));
+                }
+                // A kernel without the *xattrat calls: the entry is opened below.
+                Ok(None) => {}
+                // Vanished since readdir: hidden.
+                Err(_) => return Ok(None),
+            }
+        }
+        let opened = if plain {
             sys::openat(
                 self.dir.as_fd(),
                 &cname,

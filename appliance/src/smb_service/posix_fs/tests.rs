@@ -1755,3 +1755,44 @@ fn cached_close_and_query_leave_a_due_write_time_to_the_pool() {
     assert!(matches!(late.file.info_cached(), Err(FsError::WouldBlock)));
     assert!(late.file.info().unwrap().last_write_time > before);
 }
+
+#[test]
+fn listings_read_entries_the_same_with_or_without_opening_them() {
+    let fx = fixture();
+    mkdir(&fx, "d");
+    mkdir(&fx, "d\\sub");
+    let f = open(&fx, "d\\hidden.txt", D::Create).unwrap();
+    f.file.write_at(0, b"data", false).unwrap();
+    f.file
+        .set_basic_info(&BasicInfoChange {
+            attributes: Some(attr::HIDDEN | attr::ARCHIVE),
+            ..Default::default()
+        })
+        .unwrap();
+    open(&fx, "d\\plain.txt", D::Create).unwrap();
+    symlink("plain.txt", fx.root.join("d/link")).unwrap();
+    symlink(fx.outside.join("secret"), fx.root.join("d/escape")).unwrap();
+    let dir = open(&fx, "d", D::Open).unwrap();
+    let entries = |at_calls: bool| {
+        super::attrs::use_xattr_at_calls(at_calls);
+        let mut c = dir.file.list_dir("*").unwrap();
+        let mut v = Vec::new();
+        while let Some(e) = c.next_entry().unwrap() {
+            v.push((e.name, e.info));
+        }
+        v
+    };
+    // A first listing settles the directory's own access time (relatime), which "." shows.
+    entries(true);
+    let opened = entries(false);
+    let read_at = entries(true);
+    assert_eq!(read_at, opened);
+    let names: Vec<&str> = read_at.iter().map(|(n, _)| n.as_str()).collect();
+    for want in ["hidden.txt", "plain.txt", "sub", "link"] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    assert!(!names.contains(&"escape"), "{names:?}");
+    let hidden = read_at.iter().find(|(n, _)| n == "hidden.txt").unwrap();
+    assert_eq!(hidden.1.attributes & attr::HIDDEN, attr::HIDDEN);
+    assert_eq!(hidden.1.end_of_file, 4);
+}
