@@ -266,9 +266,17 @@ pub fn info_at(
     let stored = if xs.enabled() {
         let mut list = [0u8; LIST_BUFFER];
         let listed = sys::listxattr_at_into(dir, name, &mut list);
-        if matches!(&listed, Err(e) if e.raw_os_error() == Some(libc::ENOSYS)) {
-            XATTR_AT_CALLS.store(false, Ordering::Relaxed);
-            return Ok(None);
+        match &listed {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                XATTR_AT_CALLS.store(false, Ordering::Relaxed);
+                return Ok(None);
+            }
+            // Anything but a listing, a list too long for the buffer or no xattrs here
+            // (a seccomp filter's EPERM, say): the entry is opened, as before these calls.
+            Err(e) if !sys::xattr_unsupported(e) && e.raw_os_error() != Some(libc::ERANGE) => {
+                return Ok(None);
+            }
+            _ => {}
         }
         stored_from_list(listed, &list, xs, &|attr, buf| {
             sys::getxattr_at(dir, name, attr, buf)
