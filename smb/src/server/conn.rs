@@ -2,8 +2,10 @@
 //! transform-wrapped requests, compound splitting, credit and signature checks, and signing /
 //! sealing / framing of every response. Request semantics live in [`super::dispatch`].
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Poll;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -369,21 +371,46 @@ async fn serve_frames(
                 .acquire_many_owned(units.max(charge))
                 .await
                 .map_err(|_| ConnError::Shutdown)?;
+            let small = job.credit_charge() <= INLINE_POLL_MAX_CHARGE;
+            let mut run = Box::pin(job.run());
+            // A small READ served from the page cache completes on its first poll (see
+            // `handlers::cached_first`): finished here, it costs no task spawn and wake-up.
+            // Anything still waiting then (the blocking pool) goes on as its own task.
+            if small {
+                let first = std::future::poll_fn(|cx| Poll::Ready(run.as_mut().poll(cx))).await;
+                if let Poll::Ready(r) = first {
+                    deliver_deferred(r, permit, &out, &conn.admin_cancel).await;
+                    continue;
+                }
+            }
             let out = out.clone();
-            // A response that cannot be sealed or signed ends the connection (the client
-            // would otherwise wait for it forever).
             let end = conn.admin_cancel.clone();
             tokio::spawn(async move {
-                match job.run().await {
-                    Ok(msg) => {
-                        let _ = out.send((msg, Some(permit))).await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "deferred response could not be sealed");
-                        end.cancel();
-                    }
-                }
+                deliver_deferred(run.await, permit, &out, &end).await;
             });
+        }
+    }
+}
+
+/// Deferred READs and WRITEs charged at most this many credits (128 KiB) get a first poll on
+/// the connection's own task before being spawned.
+const INLINE_POLL_MAX_CHARGE: u16 = 2;
+
+/// Queues a deferred response. One that cannot be sealed or signed ends the connection
+/// (the client would otherwise wait for it forever).
+async fn deliver_deferred(
+    result: Result<OutBuf, ConnError>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    out: &tokio::sync::mpsc::Sender<Outgoing>,
+    end: &CancellationToken,
+) {
+    match result {
+        Ok(msg) => {
+            let _ = out.send((msg, Some(permit))).await;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "deferred response could not be sealed");
+            end.cancel();
         }
     }
 }
