@@ -121,11 +121,7 @@ pub fn pread_nowait(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Resu
     };
     // SAFETY: one iovec over `buf`, which outlives the call and is writable for its length.
     let rc = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc as usize)
-    }
+    len_or_errno(rc)
 }
 
 /// `openat(dir, name, flags, mode)` for a single already-validated component.
@@ -241,6 +237,20 @@ pub fn lstat_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<Stat> {
     )
 }
 
+/// A byte count returned by a system call, or the call's errno.
+fn len_or_errno<T: TryInto<usize>>(rc: T) -> io::Result<usize> {
+    rc.try_into().map_err(|_| io::Error::last_os_error())
+}
+
+/// An xattr read's length; `Ok(None)` when the attribute is absent (ENODATA).
+fn xattr_len<T: TryInto<usize>>(rc: T) -> io::Result<Option<usize>> {
+    match len_or_errno(rc) {
+        Ok(n) => Ok(Some(n)),
+        Err(e) if e.raw_os_error() == Some(libc::ENODATA) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Whether an error says extended attributes are not available here.
 pub fn xattr_unsupported(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::ENOSYS))
@@ -257,15 +267,7 @@ pub fn fgetxattr(fd: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> io::Result<
             buf.len(),
         )
     };
-    if rc >= 0 {
-        return Ok(Some(rc as usize));
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::ENODATA) {
-        Ok(None)
-    } else {
-        Err(err)
-    }
+    xattr_len(rc)
 }
 
 /// Lists the xattr names of an open file (each NUL-terminated in the returned bytes).
@@ -291,11 +293,7 @@ pub fn flistxattr(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
 pub fn flistxattr_into(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is valid for `buf.len()` bytes.
     let rc = unsafe { libc::flistxattr(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-    if rc >= 0 {
-        Ok(rc as usize)
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    len_or_errno(rc)
 }
 
 /// `getxattrat(2)` (Linux 6.13): the same number on every architecture, as for all system
@@ -326,11 +324,7 @@ pub fn listxattr_at_into(dir: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> io
             buf.len(),
         )
     };
-    if rc >= 0 {
-        Ok(rc as usize)
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    len_or_errno(rc)
 }
 
 /// Reads the xattr `attr` of the entry `name` of `dir` into `buf`, not following a final
@@ -359,15 +353,7 @@ pub fn getxattr_at(
             std::mem::size_of::<XattrArgs>(),
         )
     };
-    if rc >= 0 {
-        return Ok(Some(rc as usize));
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::ENODATA) {
-        Ok(None)
-    } else {
-        Err(err)
-    }
+    xattr_len(rc)
 }
 
 /// Removes an xattr of an open file; `Ok(false)` when it was absent.
