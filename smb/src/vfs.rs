@@ -580,9 +580,9 @@ pub enum FsError {
     /// Process out of descriptors (EMFILE/ENFILE) → TOO_MANY_OPENED_FILES.
     #[error("too many open files")]
     TooManyOpenFiles,
-    /// A cached-only call ([`FsFile::read_cached`], [`ShareFs::open_cached`] and the like) would have to
-    /// wait for the device. The server answers it by retrying on the blocking pool, so it
-    /// never reaches a client (UNSUCCESSFUL if it did).
+    /// A cached-only call ([`FsFile::read_cached`], [`ShareFs::open_cached`] and the like)
+    /// would have to wait for the device. The server answers it by retrying on the blocking
+    /// pool, so it never reaches a client (UNSUCCESSFUL if it did).
     #[error("would block")]
     WouldBlock,
     /// Any other I/O error (EIO, ...) → IO_DEVICE_ERROR / UNSUCCESSFUL.

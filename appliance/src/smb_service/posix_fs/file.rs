@@ -130,6 +130,11 @@ impl PosixFile {
     pub(crate) fn current_info(&self) -> Result<FileInfo, FsError> {
         // A due delayed write-time update is stamped first, so the stat below shows it.
         self.write_time_step(|w| w.on_query(Instant::now()));
+        self.stat_info()
+    }
+
+    /// The stat and stored attributes as reported, with no write-time step first.
+    fn stat_info(&self) -> Result<FileInfo, FsError> {
         let info = attrs::info_of(self.file.as_fd(), &self.share.xattrs)?.1;
         Ok(self.opened_info(info))
     }
@@ -436,8 +441,7 @@ impl FsFile for PosixFile {
 
     fn info_cached(&self) -> Result<FileInfo, FsError> {
         self.write_time_step_cached(|w| w.on_query(Instant::now()))?;
-        let info = attrs::info_of(self.file.as_fd(), &self.share.xattrs)?.1;
-        Ok(self.opened_info(info))
+        self.stat_info()
     }
 
     fn path(&self) -> String {

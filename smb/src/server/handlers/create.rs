@@ -444,7 +444,8 @@ async fn create_open(
     let ro = read_only;
     let open_gate = gate.clone();
     let open_stream = stream.clone();
-    let (probe_fs, probe_path) = (fs.clone(), path.clone());
+    // The probe's own handles on the share and the path (the open below takes the originals).
+    let probe_target = (truncates || has_grants).then(|| (fs.clone(), path.clone()));
     // The open itself, cached-only or not, with a given disposition: run below, or by the
     // probe when it finds nothing to break (see there).
     let open_call = std::sync::Arc::new(
@@ -465,11 +466,7 @@ async fn create_open(
                 stream: open_stream.as_deref(),
                 security: Some(&*open_gate),
             };
-            let o = if cached {
-                fs.open_cached(&r)?
-            } else {
-                fs.create(&r)?
-            };
+            let o = open_with(&*fs, &r, cached)?;
             // EAs given at create time belong to a new (or replaced) file only.
             if !initial_eas.is_empty() && o.action != vfs::CreateAction::Opened {
                 o.file.set_eas(&initial_eas)?;
@@ -486,7 +483,7 @@ async fn create_open(
     );
     // A new file made by the probe's own storage call.
     let mut created = None;
-    if truncates || has_grants {
+    if let Some((probe_fs, probe_path)) = probe_target {
         // Oplock and lease breaks, and share modes, are settled before anything is
         // truncated: probe the existing file without the truncating disposition.
         let probe_open = open_call.clone();
@@ -506,12 +503,7 @@ async fn create_open(
                 stream: None,
                 security: None,
             };
-            let opened = if cached {
-                probe_fs.open_cached(&r)
-            } else {
-                probe_fs.create(&r)
-            };
-            match opened {
+            match open_with(&*probe_fs, &r, cached) {
                 Ok(o) => Ok(Probed::Existing(o.info.file_id)),
                 Err(vfs::FsError::NotFound(_)) if !cached && create_absent => {
                     match probe_open(false, CreateDisposition::Create) {
@@ -912,6 +904,19 @@ pub async fn close(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CloseRequest) 
     let mut body = Vec::with_capacity(60);
     encode_close_response(&mut body, post.as_ref());
     Ok(Reply::ok(body))
+}
+
+/// `fs.create(r)`, or its cached-only form on a [`super::cached_first`] attempt.
+fn open_with(
+    fs: &dyn vfs::ShareFs,
+    r: &vfs::CreateRequest<'_>,
+    cached: bool,
+) -> Result<vfs::Opened, vfs::FsError> {
+    if cached {
+        fs.open_cached(r)
+    } else {
+        fs.create(r)
+    }
 }
 
 /// What the probe before a truncating or lease-holding CREATE found.
