@@ -9,7 +9,7 @@
 //! directory's identity and validated by its mtime, and updated in place by this share's own
 //! creates, renames and deletes.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Mutex, MutexGuard};
@@ -19,11 +19,15 @@ use quarry_smb::vfs::FsError;
 
 use super::sys;
 
-/// Directories whose folded name maps are kept.
-const MAX_CACHED_DIRS: usize = 64;
+/// Directories whose folded name maps are kept. A dataset spreads its files over many
+/// directories, and every new file misses the exact lookup, so a miss in this cache costs
+/// a scan of the whole directory: the bound is generous, and [`MAX_CACHED_NAMES`] is the
+/// one that bounds memory.
+const MAX_CACHED_DIRS: usize = 4096;
 /// A directory with more entries than this is not cached (it is scanned on every miss).
 const MAX_CACHED_DIR_ENTRIES: usize = 100_000;
-/// Names kept across all cached directories; the oldest directories are dropped beyond it.
+/// Names kept across all cached directories; the least recently used directories are
+/// dropped beyond it.
 const MAX_CACHED_NAMES: usize = 200_000;
 
 /// Identity and version of a directory: (dev, ino) and its mtime.
@@ -45,35 +49,66 @@ fn dir_version(dir: BorrowedFd<'_>) -> Result<DirVersion, FsError> {
 struct DirNames {
     mtime: (i64, u32),
     names: HashMap<String, String>,
+    /// When it was last filled or answered a lookup ([`CacheState::tick`]).
+    used: u64,
 }
 
-#[derive(Default)]
+/// The cached directories, dropped least recently used first beyond the limits.
 struct CacheState {
     dirs: HashMap<(u64, u64), DirNames>,
-    order: VecDeque<(u64, u64)>,
+    /// Names across `dirs`.
     total: usize,
+    /// Counts fills and hits, to order directories by last use.
+    tick: u64,
+    max_dirs: usize,
+    max_names: usize,
 }
 
 impl CacheState {
+    fn new(max_dirs: usize, max_names: usize) -> CacheState {
+        CacheState {
+            dirs: HashMap::new(),
+            total: 0,
+            tick: 0,
+            max_dirs,
+            max_names,
+        }
+    }
+
+    fn next_tick(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+
     fn remove(&mut self, key: (u64, u64)) {
         if let Some(d) = self.dirs.remove(&key) {
             self.total = self.total.saturating_sub(d.names.len());
         }
-        self.order.retain(|k| *k != key);
     }
 
-    fn insert(&mut self, key: (u64, u64), d: DirNames) {
+    fn insert(&mut self, key: (u64, u64), mut d: DirNames) {
         self.remove(key);
+        d.used = self.next_tick();
         self.total += d.names.len();
         self.dirs.insert(key, d);
-        self.order.push_back(key);
-        while self.order.len() > MAX_CACHED_DIRS || self.total > MAX_CACHED_NAMES {
-            let Some(old) = self.order.pop_front() else {
+        self.evict_beyond_limits(key);
+    }
+
+    /// Drops the least recently used directories other than `keep` while over a limit.
+    /// Each drop scans the directories: it follows a fill, which read a whole directory,
+    /// or a create that grew the cache past its bound.
+    fn evict_beyond_limits(&mut self, keep: (u64, u64)) {
+        while self.dirs.len() > self.max_dirs || self.total > self.max_names {
+            let Some(oldest) = self
+                .dirs
+                .iter()
+                .filter(|(k, _)| **k != keep)
+                .min_by_key(|(_, d)| d.used)
+                .map(|(k, _)| *k)
+            else {
                 break;
             };
-            if let Some(d) = self.dirs.remove(&old) {
-                self.total = self.total.saturating_sub(d.names.len());
-            }
+            self.remove(oldest);
         }
     }
 }
@@ -85,16 +120,37 @@ impl CacheState {
 /// and cache fills (directory scans) take the same lock, so this share's own creates,
 /// renames and deletes are never missed whatever the timestamp granularity. Changes made
 /// by others are noticed through the directory's mtime.
-#[derive(Default)]
 pub struct NameCache {
     state: Mutex<CacheState>,
     namespace: Mutex<()>,
+    /// Directory scans done to fill the cache (for tests and diagnostics).
+    scans: std::sync::atomic::AtomicU64,
+}
+
+impl Default for NameCache {
+    fn default() -> Self {
+        NameCache::with_limits(MAX_CACHED_DIRS, MAX_CACHED_NAMES)
+    }
 }
 
 /// Proof that the caller holds the share's namespace lock.
 pub struct NamespaceGuard<'a>(#[allow(dead_code)] MutexGuard<'a, ()>);
 
 impl NameCache {
+    /// A cache of at most `max_dirs` directories and `max_names` names in all.
+    fn with_limits(max_dirs: usize, max_names: usize) -> NameCache {
+        NameCache {
+            state: Mutex::new(CacheState::new(max_dirs, max_names)),
+            namespace: Mutex::new(()),
+            scans: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Directory scans done so far: each is a miss of this cache.
+    pub fn scans(&self) -> u64 {
+        self.scans.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Serialises changes to names (create, rename, delete) with cache fills. Hold it from
     /// the final existence check through the system call and the `note_*` update.
     pub fn lock_namespace(&self) -> NamespaceGuard<'_> {
@@ -103,9 +159,14 @@ impl NameCache {
 
     /// The cached answer, if the cache knows this directory at its current version.
     fn cached(&self, version: DirVersion, folded: &str) -> Option<Option<String>> {
-        let state = self.state.lock().ok()?;
-        let d = state.dirs.get(&version.key)?;
-        (d.mtime == version.mtime).then(|| d.names.get(folded).cloned())
+        let mut state = self.state.lock().ok()?;
+        let tick = state.next_tick();
+        let d = state.dirs.get_mut(&version.key)?;
+        if d.mtime != version.mtime {
+            return None;
+        }
+        d.used = tick;
+        Some(d.names.get(folded).cloned())
     }
 
     /// The stored spelling of `name` in `dir`, compared case-insensitively.
@@ -130,6 +191,8 @@ impl NameCache {
         if let Some(hit) = self.cached(version, folded) {
             return Ok(hit);
         }
+        self.scans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut stream =
             sys::DirStream::open(dir).map_err(|e| FsError::from_io("open directory", e))?;
         let mut names = HashMap::new();
@@ -161,6 +224,7 @@ impl NameCache {
                     DirNames {
                         mtime: version.mtime,
                         names,
+                        used: 0,
                     },
                 );
             }
@@ -193,16 +257,18 @@ impl NameCache {
         let Ok(mut state) = self.state.lock() else {
             return;
         };
-        let mut drop_entry = false;
-        if let Some(d) = state.dirs.get_mut(&version.key) {
-            f(&mut d.names);
-            d.mtime = version.mtime;
-            drop_entry = d.names.len() > MAX_CACHED_DIR_ENTRIES;
-        }
-        if drop_entry {
+        let Some(d) = state.dirs.get_mut(&version.key) else {
+            return;
+        };
+        let before = d.names.len();
+        f(&mut d.names);
+        d.mtime = version.mtime;
+        let after = d.names.len();
+        state.total = (state.total + after).saturating_sub(before);
+        if after > MAX_CACHED_DIR_ENTRIES {
             state.remove(version.key);
         } else {
-            state.total = state.dirs.values().map(|d| d.names.len()).sum();
+            state.evict_beyond_limits(version.key);
         }
     }
 
@@ -371,4 +437,68 @@ fn walk_parent(
         parent_fd = open_beneath(root, &parent, PARENT_FLAGS, true)?;
     }
     Ok((parent, parent_fd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory `name` under `root` holding `files` empty files, opened O_PATH.
+    fn dir_with(root: &std::path::Path, name: &str, files: usize) -> OwnedFd {
+        let p = root.join(name);
+        std::fs::create_dir(&p).unwrap();
+        for i in 0..files {
+            std::fs::write(p.join(format!("File{i}")), b"").unwrap();
+        }
+        OwnedFd::from(std::fs::File::open(&p).unwrap())
+    }
+
+    #[test]
+    fn least_recently_used_directories_are_dropped_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b, c) = (
+            dir_with(tmp.path(), "a", 1),
+            dir_with(tmp.path(), "b", 1),
+            dir_with(tmp.path(), "c", 1),
+        );
+        let cache = NameCache::with_limits(2, 1000);
+        let miss = |d: &OwnedFd| lookup(&cache, d.as_fd(), "NOTHERE").unwrap();
+        assert_eq!(miss(&a), None);
+        assert_eq!(miss(&b), None);
+        assert_eq!(cache.scans(), 2);
+        // A hit makes "a" the more recent of the two: "c" pushes "b" out.
+        assert_eq!(
+            lookup(&cache, a.as_fd(), "FILE0").unwrap().as_deref(),
+            Some("File0")
+        );
+        assert_eq!(cache.scans(), 2);
+        miss(&c);
+        assert_eq!(cache.scans(), 3);
+        miss(&a);
+        assert_eq!(cache.scans(), 3, "a stayed");
+        miss(&b);
+        assert_eq!(cache.scans(), 4, "b was dropped");
+    }
+
+    #[test]
+    fn the_name_bound_drops_whole_directories() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (dir_with(tmp.path(), "a", 3), dir_with(tmp.path(), "b", 3));
+        let cache = NameCache::with_limits(10, 5);
+        lookup(&cache, a.as_fd(), "NOTHERE").unwrap();
+        lookup(&cache, b.as_fd(), "NOTHERE").unwrap();
+        assert_eq!(cache.scans(), 2);
+        lookup(&cache, b.as_fd(), "FILE2").unwrap();
+        assert_eq!(cache.scans(), 2, "b kept");
+        lookup(&cache, a.as_fd(), "FILE2").unwrap();
+        assert_eq!(cache.scans(), 3, "a dropped for b's names");
+        // One directory beyond the bound on its own is kept, and pushes out all others.
+        let big = dir_with(tmp.path(), "big", 6);
+        lookup(&cache, big.as_fd(), "FILE5").unwrap();
+        lookup(&cache, big.as_fd(), "FILE5").unwrap();
+        assert_eq!(cache.scans(), 4);
+        lookup(&cache, a.as_fd(), "FILE0").unwrap();
+        lookup(&cache, b.as_fd(), "FILE0").unwrap();
+        assert_eq!(cache.scans(), 6);
+    }
 }

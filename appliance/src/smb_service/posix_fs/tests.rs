@@ -1796,3 +1796,25 @@ fn listings_read_entries_the_same_with_or_without_opening_them() {
     assert_eq!(hidden.1.attributes & attr::HIDDEN, attr::HIDDEN);
     assert_eq!(hidden.1.end_of_file, 4);
 }
+
+#[test]
+fn new_files_spread_over_many_directories_scan_each_directory_once() {
+    let fx = fixture();
+    // More directories than the name cache used to keep (64), used round robin as a
+    // dataset's writers do: each directory is read once, when its first new name misses.
+    let dirs = 100;
+    for d in 0..dirs {
+        mkdir(&fx, &format!("d{d:03}"));
+    }
+    let scans = || fx.fs.inner.names.scans();
+    let before = scans();
+    for round in 0..3 {
+        for d in 0..dirs {
+            open(&fx, &format!("d{d:03}\\f{round}"), D::Create).unwrap();
+        }
+    }
+    assert_eq!(scans() - before, dirs as u64);
+    // Names created through the share are found in any case without another scan.
+    open(&fx, "D042\\F2", D::Open).unwrap();
+    assert_eq!(scans() - before, dirs as u64);
+}
