@@ -243,6 +243,16 @@ pub fn info_of(fd: BorrowedFd<'_>, xs: &XattrSupport) -> Result<(Stat, FileInfo)
 /// Whether the kernel has `listxattrat`/`getxattrat` (cleared on the first ENOSYS).
 static XATTR_AT_CALLS: AtomicBool = AtomicBool::new(true);
 
+/// Whether the `*xattrat` calls are worth trying (not known to be missing).
+pub(crate) fn xattr_at_calls() -> bool {
+    XATTR_AT_CALLS.load(Ordering::Relaxed)
+}
+
+/// Records that the kernel lacks the `*xattrat` calls (an ENOSYS from one of them).
+pub(crate) fn no_xattr_at_calls() {
+    XATTR_AT_CALLS.store(false, Ordering::Relaxed);
+}
+
 /// Makes [`info_at`] behave as on a kernel without the `*xattrat` calls, or not (tests of
 /// the fallback; both paths are correct, so other tests may run meanwhile).
 #[cfg(test)]
@@ -259,7 +269,7 @@ pub fn info_at(
     name: &std::ffi::CStr,
     xs: &XattrSupport,
 ) -> std::io::Result<Option<(Stat, FileInfo)>> {
-    if xs.enabled() && !XATTR_AT_CALLS.load(Ordering::Relaxed) {
+    if xs.enabled() && !xattr_at_calls() {
         return Ok(None);
     }
     let st = sys::lstat_at(dir, name)?;
@@ -268,7 +278,7 @@ pub fn info_at(
         let listed = sys::listxattr_at_into(dir, name, &mut list);
         match &listed {
             Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
-                XATTR_AT_CALLS.store(false, Ordering::Relaxed);
+                no_xattr_at_calls();
                 return Ok(None);
             }
             // Anything but a listing, a list too long for the buffer or no xattrs here
