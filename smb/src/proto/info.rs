@@ -361,6 +361,15 @@ pub fn put_all(out: &mut Vec<u8>, a: &FileAttrs, f: &OpenFacts) {
     out.put_utf16(&f.name);
 }
 
+/// Whether `class` reports the open's name ([`OpenFacts::name`]): only these need the
+/// path looked up (a `/proc/self/fd` readlink on Linux).
+pub fn class_reports_name(class: u8) -> bool {
+    matches!(
+        class,
+        class::ALL | class::NAME | class::NORMALIZED_NAME | class::ALTERNATE_NAME
+    )
+}
+
 /// Encodes the file information class `class` for an open; `None` when the class is not
 /// supported for querying.
 pub fn encode_file_info(class: u8, a: &FileAttrs, f: &OpenFacts) -> Option<Vec<u8>> {
@@ -454,6 +463,20 @@ pub fn min_output_len(class: u8) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_name_classes_depend_on_the_name() {
+        let a = FileAttrs::default();
+        let named = |name: &str| OpenFacts {
+            name: name.into(),
+            ..Default::default()
+        };
+        for c in 0..=u8::MAX {
+            let one = encode_file_info(c, &a, &named("\\dir\\one.txt"));
+            let other = encode_file_info(c, &a, &named("\\another.bin"));
+            assert_eq!(one != other, class_reports_name(c), "class {c}");
+        }
+    }
 
     #[test]
     fn query_info_round_trip() {

@@ -187,9 +187,11 @@ pub async fn query_info(
             // Streams and EAs are read from xattrs or side files: only the plain classes
             // are tried from the open inode in memory.
             let try_cached = !want_streams && !want_eas;
+            let want_name = crate::proto::info::class_reports_name(req.class);
             let (info, path, streams, eas) = super::cached_first(try_cached, move |cached| {
+                let path = || if want_name { f.path() } else { String::new() };
                 if cached {
-                    return Ok((f.info_cached()?, f.path(), Vec::new(), Vec::new()));
+                    return Ok((f.info_cached()?, path(), Vec::new(), Vec::new()));
                 }
                 let streams = if want_streams {
                     f.streams()?
@@ -197,7 +199,7 @@ pub async fn query_info(
                     Vec::new()
                 };
                 let eas = if want_eas { f.eas()? } else { Vec::new() };
-                Ok((f.info()?, f.path(), streams, eas))
+                Ok((f.info()?, path(), streams, eas))
             })
             .await?;
             facts.ea_size = ea_size(&to_wire(eas));
