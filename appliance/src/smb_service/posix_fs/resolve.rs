@@ -9,8 +9,10 @@
 //! directory's identity and validated by its mtime, and updated in place by this share's own
 //! creates, renames and deletes.
 
-use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
+use std::hash::BuildHasher;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Mutex, MutexGuard};
 
@@ -24,11 +26,16 @@ use super::sys;
 /// a scan of the whole directory: the bound is generous, and [`MAX_CACHED_NAMES`] is the
 /// one that bounds memory.
 const MAX_CACHED_DIRS: usize = 4096;
+/// A directory with more entries than this keeps only hashes of its folded names
+/// ([`Names::Hashed`]).
+const MAX_FULL_DIR_ENTRIES: usize = 100_000;
 /// A directory with more entries than this is not cached (it is scanned on every miss).
-const MAX_CACHED_DIR_ENTRIES: usize = 100_000;
-/// Names kept across all cached directories; the least recently used directories are
-/// dropped beyond it.
+const MAX_CACHED_DIR_ENTRIES: usize = 1_500_000;
+/// Names kept across all cached directories, a hashed name counting as
+/// 1/[`HASHES_PER_NAME`]; the least recently used directories are dropped beyond it.
 const MAX_CACHED_NAMES: usize = 200_000;
+/// Hashed names that weigh as much as one full name (8 bytes against about 100).
+const HASHES_PER_NAME: usize = 8;
 
 /// Identity and version of a directory: (dev, ino) and its mtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,10 +52,73 @@ fn dir_version(dir: BorrowedFd<'_>) -> Result<DirVersion, FsError> {
     })
 }
 
-/// Folded name → stored name of one directory.
+/// The names of one cached directory.
+enum Names {
+    /// Folded name → stored name.
+    Full(HashMap<String, String>),
+    /// Hashes of the folded names of a directory too large to keep them all: a name whose
+    /// hash is missing certainly does not exist (every new file's lookup), one whose hash
+    /// is present needs a scan for its spelling. Removals leave their hash (a stale hash
+    /// only costs a scan).
+    Hashed(HashSet<u64>),
+}
+
+impl Names {
+    /// The stored spelling of `folded` (`Some(None)`: certainly none), or `None` when
+    /// only a scan can tell.
+    fn lookup(&self, folded: &str, hasher: &RandomState) -> Option<Option<String>> {
+        match self {
+            Names::Full(m) => Some(m.get(folded).cloned()),
+            Names::Hashed(h) => (!h.contains(&hasher.hash_one(folded))).then_some(None),
+        }
+    }
+
+    /// Records `stored` (folded `folded`), switching to hashes beyond `max_full` names
+    /// ([`MAX_FULL_DIR_ENTRIES`]).
+    fn add(&mut self, folded: String, stored: &str, hasher: &RandomState, max_full: usize) {
+        match self {
+            Names::Full(m) => {
+                m.entry(folded).or_insert_with(|| stored.to_string());
+                if m.len() > max_full {
+                    let hashes = m.keys().map(|k| hasher.hash_one(k)).collect();
+                    *self = Names::Hashed(hashes);
+                }
+            }
+            Names::Hashed(h) => {
+                h.insert(hasher.hash_one(&folded));
+            }
+        }
+    }
+
+    /// Forgets `stored` (folded `folded`) if that is the spelling kept.
+    fn remove(&mut self, folded: &str, stored: &str) {
+        if let Names::Full(m) = self {
+            if m.get(folded).is_some_and(|s| s == stored) {
+                m.remove(folded);
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Names::Full(m) => m.len(),
+            Names::Hashed(h) => h.len(),
+        }
+    }
+
+    /// What it counts against [`MAX_CACHED_NAMES`].
+    fn weight(&self) -> usize {
+        match self {
+            Names::Full(m) => m.len(),
+            Names::Hashed(h) => h.len().div_ceil(HASHES_PER_NAME),
+        }
+    }
+}
+
+/// The names of one directory, at the mtime they were read or last updated at.
 struct DirNames {
     mtime: (i64, u32),
-    names: HashMap<String, String>,
+    names: Names,
     /// When it was last filled or answered a lookup ([`CacheState::tick`]).
     used: u64,
 }
@@ -62,16 +132,23 @@ struct CacheState {
     tick: u64,
     max_dirs: usize,
     max_names: usize,
+    /// Names a directory keeps in full ([`MAX_FULL_DIR_ENTRIES`]).
+    max_full: usize,
+    /// Hashes folded names for [`Names::Hashed`] (keyed per cache, so a client cannot
+    /// pick names that collide).
+    hasher: RandomState,
 }
 
 impl CacheState {
-    fn new(max_dirs: usize, max_names: usize) -> CacheState {
+    fn new(max_dirs: usize, max_names: usize, max_full: usize) -> CacheState {
         CacheState {
             dirs: HashMap::new(),
             total: 0,
             tick: 0,
             max_dirs,
             max_names,
+            max_full,
+            hasher: RandomState::new(),
         }
     }
 
@@ -82,14 +159,14 @@ impl CacheState {
 
     fn remove(&mut self, key: (u64, u64)) {
         if let Some(d) = self.dirs.remove(&key) {
-            self.total = self.total.saturating_sub(d.names.len());
+            self.total = self.total.saturating_sub(d.names.weight());
         }
     }
 
     fn insert(&mut self, key: (u64, u64), mut d: DirNames) {
         self.remove(key);
         d.used = self.next_tick();
-        self.total += d.names.len();
+        self.total += d.names.weight();
         self.dirs.insert(key, d);
         self.evict_beyond_limits(key);
     }
@@ -129,7 +206,7 @@ pub struct NameCache {
 
 impl Default for NameCache {
     fn default() -> Self {
-        NameCache::with_limits(MAX_CACHED_DIRS, MAX_CACHED_NAMES)
+        NameCache::with_limits(MAX_CACHED_DIRS, MAX_CACHED_NAMES, MAX_FULL_DIR_ENTRIES)
     }
 }
 
@@ -137,10 +214,11 @@ impl Default for NameCache {
 pub struct NamespaceGuard<'a>(#[allow(dead_code)] MutexGuard<'a, ()>);
 
 impl NameCache {
-    /// A cache of at most `max_dirs` directories and `max_names` names in all.
-    fn with_limits(max_dirs: usize, max_names: usize) -> NameCache {
+    /// A cache of at most `max_dirs` directories and `max_names` names in all, keeping
+    /// the names of directories of up to `max_full` entries in full.
+    fn with_limits(max_dirs: usize, max_names: usize, max_full: usize) -> NameCache {
         NameCache {
-            state: Mutex::new(CacheState::new(max_dirs, max_names)),
+            state: Mutex::new(CacheState::new(max_dirs, max_names, max_full)),
             namespace: Mutex::new(()),
             scans: std::sync::atomic::AtomicU64::new(0),
         }
@@ -159,14 +237,15 @@ impl NameCache {
 
     /// The cached answer, if the cache knows this directory at its current version.
     fn cached(&self, version: DirVersion, folded: &str) -> Option<Option<String>> {
-        let mut state = self.state.lock().ok()?;
-        let tick = state.next_tick();
+        let mut guard = self.state.lock().ok()?;
+        let state = &mut *guard;
+        state.tick += 1;
         let d = state.dirs.get_mut(&version.key)?;
         if d.mtime != version.mtime {
             return None;
         }
-        d.used = tick;
-        Some(d.names.get(folded).cloned())
+        d.used = state.tick;
+        d.names.lookup(folded, &state.hasher)
     }
 
     /// The stored spelling of `name` in `dir`, compared case-insensitively.
@@ -195,8 +274,11 @@ impl NameCache {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut stream =
             sys::DirStream::open(dir).map_err(|e| FsError::from_io("open directory", e))?;
-        let mut names = HashMap::new();
-        let mut cacheable = true;
+        let (hasher, max_full) = match self.state.lock() {
+            Ok(state) => (state.hasher.clone(), state.max_full),
+            Err(_) => (RandomState::new(), MAX_FULL_DIR_ENTRIES),
+        };
+        let mut names = Some(Names::Full(HashMap::new()));
         let mut found = None;
         while let Some(entry) = stream
             .next_entry()
@@ -209,25 +291,22 @@ impl NameCache {
             if found.is_none() && key == folded {
                 found = Some(stored.clone());
             }
-            if cacheable {
-                names.entry(key).or_insert(stored);
-                if names.len() > MAX_CACHED_DIR_ENTRIES {
-                    cacheable = false;
-                    names = HashMap::new();
+            if let Some(n) = names.as_mut() {
+                n.add(key, &stored, &hasher, max_full);
+                if n.len() > MAX_CACHED_DIR_ENTRIES {
+                    names = None;
                 }
             }
         }
-        if cacheable {
-            if let Ok(mut state) = self.state.lock() {
-                state.insert(
-                    version.key,
-                    DirNames {
-                        mtime: version.mtime,
-                        names,
-                        used: 0,
-                    },
-                );
-            }
+        if let (Some(names), Ok(mut state)) = (names, self.state.lock()) {
+            state.insert(
+                version.key,
+                DirNames {
+                    mtime: version.mtime,
+                    names,
+                    used: 0,
+                },
+            );
         }
         Ok(found)
     }
@@ -235,37 +314,33 @@ impl NameCache {
     /// Records that `name` now exists in `dir` (after this share created or renamed it
     /// there, under the namespace lock).
     pub fn note_added(&self, _held: &NamespaceGuard<'_>, dir: BorrowedFd<'_>, name: &str) {
-        self.update(dir, |names| {
-            names.entry(fold(name)).or_insert_with(|| name.to_string());
+        self.update(dir, |names, hasher, max_full| {
+            names.add(fold(name), name, hasher, max_full)
         });
     }
 
     /// Records that `name` no longer exists in `dir` (under the namespace lock).
     pub fn note_removed(&self, _held: &NamespaceGuard<'_>, dir: BorrowedFd<'_>, name: &str) {
-        self.update(dir, |names| {
-            let key = fold(name);
-            if names.get(&key).is_some_and(|stored| stored == name) {
-                names.remove(&key);
-            }
-        });
+        self.update(dir, |names, _, _| names.remove(&fold(name), name));
     }
 
-    fn update(&self, dir: BorrowedFd<'_>, f: impl FnOnce(&mut HashMap<String, String>)) {
+    fn update(&self, dir: BorrowedFd<'_>, f: impl FnOnce(&mut Names, &RandomState, usize)) {
         let Ok(version) = dir_version(dir) else {
             return;
         };
-        let Ok(mut state) = self.state.lock() else {
+        let Ok(mut guard) = self.state.lock() else {
             return;
         };
+        let state = &mut *guard;
         let Some(d) = state.dirs.get_mut(&version.key) else {
             return;
         };
-        let before = d.names.len();
-        f(&mut d.names);
+        let before = d.names.weight();
+        f(&mut d.names, &state.hasher, state.max_full);
         d.mtime = version.mtime;
-        let after = d.names.len();
+        let (after, len) = (d.names.weight(), d.names.len());
         state.total = (state.total + after).saturating_sub(before);
-        if after > MAX_CACHED_DIR_ENTRIES {
+        if len > MAX_CACHED_DIR_ENTRIES {
             state.remove(version.key);
         } else {
             state.evict_beyond_limits(version.key);
@@ -461,7 +536,7 @@ mod tests {
             dir_with(tmp.path(), "b", 1),
             dir_with(tmp.path(), "c", 1),
         );
-        let cache = NameCache::with_limits(2, 1000);
+        let cache = NameCache::with_limits(2, 1000, 1000);
         let miss = |d: &OwnedFd| lookup(&cache, d.as_fd(), "NOTHERE").unwrap();
         assert_eq!(miss(&a), None);
         assert_eq!(miss(&b), None);
@@ -481,10 +556,60 @@ mod tests {
     }
 
     #[test]
+    fn large_directories_keep_hashes_that_answer_new_names_without_a_scan() {
+        let tmp = tempfile::tempdir().unwrap();
+        let big = dir_with(tmp.path(), "big", 10);
+        let cache = NameCache::with_limits(10, 1000, 4);
+        assert_eq!(lookup(&cache, big.as_fd(), "NEW0").unwrap(), None);
+        assert_eq!(cache.scans(), 1);
+        // New names: certainly absent, from the hashes.
+        for i in 1..50 {
+            assert_eq!(
+                lookup(&cache, big.as_fd(), &format!("NEW{i}")).unwrap(),
+                None
+            );
+        }
+        assert_eq!(cache.scans(), 1);
+        // Another spelling of a name that exists: found by a scan.
+        assert_eq!(
+            lookup(&cache, big.as_fd(), "FILE7").unwrap().as_deref(),
+            Some("File7")
+        );
+        assert_eq!(cache.scans(), 2);
+        // This share's own creates and deletes keep the hashes current.
+        let ns = cache.lock_namespace();
+        std::fs::write(tmp.path().join("big/Added"), b"").unwrap();
+        cache.note_added(&ns, big.as_fd(), "Added");
+        std::fs::remove_file(tmp.path().join("big/File3")).unwrap();
+        cache.note_removed(&ns, big.as_fd(), "File3");
+        drop(ns);
+        assert_eq!(lookup(&cache, big.as_fd(), "NEW99").unwrap(), None);
+        assert_eq!(cache.scans(), 2);
+        // A removed name's hash stays: its lookup scans (refilling the hashes) and finds
+        // nothing; an added one is found by its scan.
+        assert_eq!(lookup(&cache, big.as_fd(), "FILE3").unwrap(), None);
+        assert_eq!(cache.scans(), 3);
+        assert_eq!(
+            lookup(&cache, big.as_fd(), "ADDED").unwrap().as_deref(),
+            Some("Added")
+        );
+        let scans = cache.scans();
+        assert_eq!(scans, 4);
+        // A change by another process moves mtime: the next lookup scans again.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(tmp.path().join("big/Outside"), b"").unwrap();
+        assert_eq!(
+            lookup(&cache, big.as_fd(), "OUTSIDE").unwrap().as_deref(),
+            Some("Outside")
+        );
+        assert_eq!(cache.scans(), scans + 1);
+    }
+
+    #[test]
     fn the_name_bound_drops_whole_directories() {
         let tmp = tempfile::tempdir().unwrap();
         let (a, b) = (dir_with(tmp.path(), "a", 3), dir_with(tmp.path(), "b", 3));
-        let cache = NameCache::with_limits(10, 5);
+        let cache = NameCache::with_limits(10, 5, 1000);
         lookup(&cache, a.as_fd(), "NOTHERE").unwrap();
         lookup(&cache, b.as_fd(), "NOTHERE").unwrap();
         assert_eq!(cache.scans(), 2);
