@@ -126,7 +126,7 @@ struct DirNames {
 /// The cached directories, dropped least recently used first beyond the limits.
 struct CacheState {
     dirs: HashMap<(u64, u64), DirNames>,
-    /// Names across `dirs`.
+    /// Weight of the names across `dirs` ([`Names::weight`]).
     total: usize,
     /// Counts fills and hits, to order directories by last use.
     tick: u64,
