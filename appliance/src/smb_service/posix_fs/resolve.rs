@@ -239,12 +239,12 @@ impl NameCache {
     fn cached(&self, version: DirVersion, folded: &str) -> Option<Option<String>> {
         let mut guard = self.state.lock().ok()?;
         let state = &mut *guard;
-        state.tick += 1;
+        let tick = state.next_tick();
         let d = state.dirs.get_mut(&version.key)?;
         if d.mtime != version.mtime {
             return None;
         }
-        d.used = state.tick;
+        d.used = tick;
         d.names.lookup(folded, &state.hasher)
     }
 
