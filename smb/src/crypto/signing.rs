@@ -8,10 +8,9 @@
 use aes::cipher::{BlockEncrypt, KeyInit};
 use aes::Aes128;
 use cmac::{Cmac, Mac};
-use ghash::universal_hash::UniversalHash;
-use ghash::GHash;
 use ring::hmac;
 
+use super::ghash::Ghash;
 use super::{CryptoError, SigningAlgorithm};
 
 /// Length of the signature field (bytes).
@@ -49,7 +48,7 @@ pub struct SigningKey {
 enum Inner {
     Hmac(hmac::Key),
     Cmac(Box<Cmac<Aes128>>),
-    Gmac { aes: Box<Aes128>, ghash: Box<GHash> },
+    Gmac { aes: Box<Aes128>, ghash: Box<Ghash> },
 }
 
 impl std::fmt::Debug for SigningKey {
@@ -75,7 +74,7 @@ impl SigningKey {
                 let h: [u8; 16] = h.into();
                 Inner::Gmac {
                     aes: Box::new(aes),
-                    ghash: Box::new(GHash::new(&h.into())),
+                    ghash: Box::new(Ghash::new(&h)),
                 }
             }
         };
@@ -261,7 +260,13 @@ mod tests {
     fn gmac_matches_aes_gcm_with_empty_plaintext() {
         let key = [0x42u8; 16];
         let sk = SigningKey::new(SigningAlgorithm::AesGmac, &key);
-        for (len, flags, cmd) in [(64, 0, 5), (65, 1, 8), (200, 0, 0x0C), (4096 + 3, 1, 0x0C)] {
+        for (len, flags, cmd) in [
+            (64, 0, 5),
+            (65, 1, 8),
+            (200, 0, 0x0C),
+            (4096 + 3, 1, 0x0C),
+            (64 + 3 * 4096 + 5, 1, 8),
+        ] {
             let mut msg = sample_message(len, flags, cmd, 0x1122_3344_5566_7788);
             sk.sign(&mut msg).unwrap();
             let mut zeroed = msg.clone();
