@@ -11,11 +11,26 @@ use crate::proto::HEADER_LEN;
 
 /// Free bytes kept in front of a response body: a transform header and an SMB2 header.
 pub const HEADROOM: usize = TRANSFORM_LEN + HEADER_LEN;
+/// Alignment of a READ's data in its buffer: the data's address is congruent to its
+/// file offset modulo this, so a storage backend can read a large READ's block-aligned
+/// middle with `O_DIRECT` straight into the response (see [`read_start`]).
+pub const DATA_ALIGN: usize = 4096;
 /// Buffers kept for reuse; more are freed on return. Bounds the pool's memory to this
 /// many times the largest pooled buffer.
 const MAX_POOLED: usize = 16;
-/// Largest buffer kept: a full-size READ response with its headroom.
-const MAX_POOLED_LEN: usize = HEADROOM + 16 + super::MAX_IO_SIZE as usize;
+/// Largest buffer kept: a full-size READ response with its headroom and the room
+/// [`read_start`] may shift it by.
+const MAX_POOLED_LEN: usize = HEADROOM + 16 + super::MAX_IO_SIZE as usize + DATA_ALIGN;
+
+/// Where a READ response starts in `buf` so that its data, `fixed` bytes after the start,
+/// sits at an address congruent to `file_offset` modulo [`DATA_ALIGN`], with at least
+/// [`HEADROOM`] bytes in front. The buffer needs `DATA_ALIGN - 1` bytes of room beyond
+/// the response for the shift.
+pub fn read_start(buf: &[u8], fixed: usize, file_offset: u64) -> usize {
+    let natural = (buf.as_ptr() as usize).wrapping_add(HEADROOM + fixed) % DATA_ALIGN;
+    let wanted = (file_offset % DATA_ALIGN as u64) as usize;
+    HEADROOM + (wanted + DATA_ALIGN - natural) % DATA_ALIGN
+}
 
 /// A response being built in a buffer: the message occupies `buf[start..end]`, with at
 /// least `start` bytes free in front of it.
@@ -127,6 +142,21 @@ fn size_class(len: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_data_is_aligned_as_its_file_offset() {
+        let pool = BufPool::default();
+        for (len, offset) in [(100, 0u64), (1 << 20, 4096), (1 << 20, 4095), (8 << 20, 77)] {
+            let fixed = 16;
+            let buf = pool.take(HEADROOM + fixed + len + DATA_ALIGN - 1);
+            let start = read_start(&buf, fixed, offset);
+            assert!(start >= HEADROOM);
+            assert!(start + fixed + len <= buf.len(), "fits: {len} at {offset}");
+            let data = buf.as_ptr() as usize + start + fixed;
+            assert_eq!(data % DATA_ALIGN, offset as usize % DATA_ALIGN);
+            pool.give(buf);
+        }
+    }
 
     #[test]
     fn buffers_are_reused_without_shrinking_and_the_pool_is_bounded() {

@@ -1,5 +1,5 @@
-//! Large WRITEs through an `O_DIRECT` descriptor, so checkpoint-sized writes skip the page
-//! cache copy.
+//! Large READs and WRITEs through `O_DIRECT` descriptors, so checkpoint-sized transfers
+//! skip the page cache copy.
 //!
 //! A buffered `pwrite` copies every byte into page-cache folios, and on the benchmark
 //! machine that copy cost 0.4-2.8 CPU seconds per GiB (the more memory pressure, the more),
@@ -12,13 +12,23 @@
 //! head and tail through the ordinary descriptor. The kernel keeps the two coherent: a
 //! direct write flushes and invalidates cached pages of its range.
 //!
-//! File systems without `O_DIRECT` (tmpfs) refuse the second descriptor or the write with
-//! `EINVAL`; those writes fall back to buffered I/O and the descriptor is not tried again.
+//! Reads are the same story in reverse: a cold buffered read has the device fill page
+//! cache folios and then copies them out, and that copy was 38% of Quarry's CPU on a
+//! cold checkpoint read (step 17). [`DirectIo::read_some`] reads the aligned middle of a
+//! large read straight into the caller's buffer when the buffer's memory is aligned the
+//! way the file offset is (the READ handler arranges that), with no bounce copy. Which
+//! reads go direct is the open file's decision (`file.rs`): only large ones the page
+//! cache does not hold, on a file no other handle has open. A direct read first writes
+//! back dirty cached pages of its range, so it sees every earlier write.
+//!
+//! File systems without `O_DIRECT` (tmpfs) refuse the second descriptor or the transfer
+//! with `EINVAL`; those fall back to buffered I/O and the descriptor is not tried again.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// Writes shorter than this stay buffered: small files are read back soon and belong in
@@ -36,15 +46,25 @@ const POOL_MAX: usize = 8;
 /// [`CHUNK`] + [`ALIGN`] bytes.
 static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
-/// The `O_DIRECT` side of one open: its descriptor, opened on first use.
-#[derive(Debug, Default)]
-pub(crate) struct DirectWrites {
-    /// `None` once opening it failed (the file system has no `O_DIRECT`, or the write
-    /// fell back): every later write is buffered.
-    fd: OnceLock<Option<File>>,
+#[cfg(test)]
+thread_local! {
+    /// Direct read calls made on this thread: lets a test tell which path its reads took.
+    pub(crate) static DIRECT_READS_ON_THIS_THREAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-impl DirectWrites {
+/// The `O_DIRECT` side of one open: its descriptors, each opened on first use.
+#[derive(Debug, Default)]
+pub(crate) struct DirectIo {
+    /// For writes. `None` once opening it failed (the file system has no `O_DIRECT`):
+    /// every later write is buffered.
+    write_fd: OnceLock<Option<File>>,
+    /// For reads, the same way.
+    read_fd: OnceLock<Option<File>>,
+    /// Set when a direct read was refused (EINVAL): later reads stay buffered.
+    reads_refused: AtomicBool,
+}
+
+impl DirectIo {
     /// Writes all of `data` at `offset` of `file`, the aligned middle of a large write
     /// through `O_DIRECT`.
     pub(crate) fn write_all_at(&self, file: &File, data: &[u8], offset: u64) -> io::Result<()> {
@@ -52,7 +72,7 @@ impl DirectWrites {
         if data.len() < DIRECT_MIN || data.len() < head + ALIGN {
             return file.write_all_at(data, offset);
         }
-        let Some(direct) = self.descriptor(file) else {
+        let Some(direct) = descriptor(&self.write_fd, file, false) else {
             return file.write_all_at(data, offset);
         };
         let (head_bytes, rest) = data.split_at(head);
@@ -78,26 +98,59 @@ impl DirectWrites {
         Ok(())
     }
 
-    /// The `O_DIRECT` descriptor of `file`'s inode, opened through `/proc/self/fd` (the
-    /// same inode even after a rename or a pending delete).
-    fn descriptor(&self, file: &File) -> Option<&File> {
-        self.fd
-            .get_or_init(|| {
-                let path = format!("/proc/self/fd/{}", file.as_raw_fd());
-                match OpenOptions::new()
-                    .write(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(&path)
-                {
-                    Ok(f) => Some(f),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "no O_DIRECT descriptor; buffered writes");
-                        None
-                    }
-                }
-            })
-            .as_ref()
+    /// Reads some of `buf.len()` bytes at `offset` of `file` (0 at end of file), as
+    /// `pread` would: the aligned part straight into `buf` through `O_DIRECT` when `buf`'s
+    /// memory is aligned as `offset` is, else the bytes up to the next aligned offset (or
+    /// all of them) buffered. Called in a loop, an unaligned head is read buffered once
+    /// and the rest goes direct; a tail shorter than a block is read buffered.
+    pub(crate) fn read_some(&self, file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let misaligned = (offset % ALIGN as u64) as usize;
+        if misaligned != 0 {
+            let n = (ALIGN - misaligned).min(buf.len());
+            return file.read_at(&mut buf[..n], offset);
+        }
+        let whole = buf.len() / ALIGN * ALIGN;
+        let co_aligned = (buf.as_ptr() as usize).is_multiple_of(ALIGN);
+        if whole == 0 || !co_aligned || self.reads_refused.load(Ordering::Relaxed) {
+            return file.read_at(buf, offset);
+        }
+        let Some(direct) = descriptor(&self.read_fd, file, true) else {
+            return file.read_at(buf, offset);
+        };
+        let piece = &mut buf[..whole.min(CHUNK)];
+        #[cfg(test)]
+        DIRECT_READS_ON_THIS_THREAD.with(|c| c.set(c.get() + 1));
+        match direct.read_at(piece, offset) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::debug!(error = %e, "O_DIRECT read refused; buffered");
+                self.reads_refused.store(true, Ordering::Relaxed);
+                file.read_at(buf, offset)
+            }
+            other => other,
+        }
     }
+}
+
+/// The `O_DIRECT` descriptor of `file`'s inode kept in `slot` (for reading or writing),
+/// opened through `/proc/self/fd` on first use (the same inode even after a rename or a
+/// pending delete).
+fn descriptor<'a>(slot: &'a OnceLock<Option<File>>, file: &File, read: bool) -> Option<&'a File> {
+    slot.get_or_init(|| {
+        let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+        match OpenOptions::new()
+            .read(read)
+            .write(!read)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+        {
+            Ok(f) => Some(f),
+            Err(e) => {
+                tracing::debug!(error = %e, read, "no O_DIRECT descriptor; buffered");
+                None
+            }
+        }
+    })
+    .as_ref()
 }
 
 /// Writes `piece` (a multiple of [`ALIGN`] bytes, at most [`CHUNK`]) at the aligned
@@ -147,7 +200,7 @@ mod tests {
             .create(true)
             .truncate(true)
             .open(&path)?;
-        let direct = DirectWrites::default();
+        let direct = DirectIo::default();
         let mut expect = vec![0u8; 0];
         let writes: [(u64, usize, u8); 5] = [
             (0, 1 << 20, 1),

@@ -8,7 +8,7 @@
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,7 +21,7 @@ use quarry_smb::vfs::{
 use super::attrs;
 use super::descriptor;
 use super::dir::PosixDirCursor;
-use super::direct::DirectWrites;
+use super::direct::{DirectIo, DIRECT_MIN};
 use super::resolve;
 use super::sys;
 use super::write_time::{Fix, WriteTimeState};
@@ -47,8 +47,8 @@ pub struct PosixFile {
     write_time: Mutex<WriteTimeState>,
     /// Allocation this open reports at least (CREATE AllocationSize, SET_INFO Allocation).
     allocation_hint: AtomicU64,
-    /// Large writes' `O_DIRECT` descriptor (posix_fs::direct).
-    direct: DirectWrites,
+    /// Large reads' and writes' `O_DIRECT` descriptors (posix_fs::direct).
+    direct: DirectIo,
 }
 
 /// Allocation unit that allocation sizes are rounded up to.
@@ -122,7 +122,7 @@ impl PosixFile {
             shared,
             write_time: Mutex::new(WriteTimeState::default()),
             allocation_hint: AtomicU64::new(0),
-            direct: DirectWrites::default(),
+            direct: DirectIo::default(),
         }
     }
 
@@ -356,12 +356,71 @@ impl PosixFile {
     }
 }
 
+impl PosixFile {
+    /// Whether a read of `len` bytes may bypass the page cache: a large read (the copy
+    /// out of the page cache is what it saves) of a file no other handle of this share
+    /// has open. Several readers of one file (a model's weights fanned out to many nodes)
+    /// share its pages, so theirs stay buffered.
+    fn may_read_direct(&self, len: usize) -> bool {
+        !self.is_dir && len >= DIRECT_MIN && Arc::strong_count(&self.shared) == 1
+    }
+
+    /// Whether the page cache holds every page of `len` bytes at `offset` (up to the end
+    /// of the file), asked without starting any I/O. `None` when the kernel cannot tell
+    /// (before Linux 6.5).
+    fn fully_cached(&self, offset: u64, len: usize) -> Option<bool> {
+        if NO_CACHESTAT.load(Ordering::Relaxed) {
+            return None;
+        }
+        let fd = self.file.as_fd();
+        let cached = match sys::cached_pages(fd, offset, len as u64) {
+            Ok(n) => n,
+            Err(e) => {
+                if e.raw_os_error() == Some(libc::ENOSYS) {
+                    NO_CACHESTAT.store(true, Ordering::Relaxed);
+                }
+                return None;
+            }
+        };
+        let pages = |end: u64| pages_between(offset, end);
+        let end = offset.saturating_add(len as u64);
+        if cached >= pages(end) {
+            return Some(true);
+        }
+        // Pages past the end of the file are never cached: count only the file's own.
+        let size = self.stat().ok()?.size;
+        Some(cached >= pages(end.min(size)))
+    }
+}
+
+/// Set once `cachestat` answered ENOSYS: large reads then go direct without asking.
+static NO_CACHESTAT: AtomicBool = AtomicBool::new(false);
+
+/// Pages that bytes `offset..end` touch.
+fn pages_between(offset: u64, end: u64) -> u64 {
+    let page = sys::page_size();
+    if end <= offset {
+        return 0;
+    }
+    end.div_ceil(page) - offset / page
+}
+
 impl FsFile for PosixFile {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, FsError> {
+        if self.may_read_direct(buf.len()) {
+            return self.read_fully(offset, buf, |rest, at| {
+                self.direct.read_some(&self.file, rest, at)
+            });
+        }
         self.read_fully(offset, buf, |rest, at| self.file.read_at(rest, at))
     }
 
     fn read_cached(&self, offset: u64, buf: &mut [u8]) -> Result<usize, FsError> {
+        // A large read that will go direct must not probe with RWF_NOWAIT: the probe
+        // starts readahead of the missing pages, device reads the direct read repeats.
+        if self.may_read_direct(buf.len()) && self.fully_cached(offset, buf.len()) != Some(true) {
+            return Err(FsError::WouldBlock);
+        }
         let fd = self.file.as_fd();
         self.read_fully(offset, buf, |rest, at| sys::pread_nowait(fd, rest, at))
             .map_err(|e| match e {

@@ -124,6 +124,57 @@ pub fn pread_nowait(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Resu
     len_or_errno(rc)
 }
 
+/// The size of a page of the page cache (4 KiB on x86-64, up to 64 KiB elsewhere).
+pub fn page_size() -> u64 {
+    static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        u64::try_from(p).ok().filter(|p| *p > 0).unwrap_or(4096)
+    })
+}
+
+/// `cachestat(2)` (Linux 6.5): unified number, not named by libc yet.
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// `struct cachestat_range` (linux/mman.h).
+#[repr(C)]
+struct CachestatRange {
+    off: u64,
+    len: u64,
+}
+
+/// `struct cachestat` (linux/mman.h): page counts of the range.
+#[repr(C)]
+#[derive(Default)]
+struct Cachestat {
+    nr_cache: u64,
+    nr_dirty: u64,
+    nr_writeback: u64,
+    nr_evicted: u64,
+    nr_recently_evicted: u64,
+}
+
+/// How many pages of `len` bytes at `offset` of `fd` the page cache holds, without
+/// reading anything (unlike an `RWF_NOWAIT` read, which starts readahead of what is
+/// missing). ENOSYS before Linux 6.5.
+pub fn cached_pages(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<u64> {
+    let range = CachestatRange { off: offset, len };
+    let mut stat = Cachestat::default();
+    // SAFETY: both structs match the kernel's layout and outlive the call; the kernel
+    // only reads `range` and writes `stat`.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd.as_raw_fd(),
+            &range as *const CachestatRange,
+            &mut stat as *mut Cachestat,
+            0u32,
+        )
+    };
+    len_or_errno(rc).map(|_| stat.nr_cache)
+}
+
 /// `openat(dir, name, flags, mode)` for a single already-validated component.
 pub fn openat(
     dir: BorrowedFd<'_>,

@@ -1,7 +1,7 @@
 //! Tests of the POSIX share against real directories in temp dirs.
 
 use std::fs;
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{symlink, OpenOptionsExt};
 use std::sync::Arc;
 
 use quarry_smb::vfs::{
@@ -1817,4 +1817,96 @@ fn new_files_spread_over_many_directories_scan_each_directory_once() {
     // Names created through the share are found in any case without another scan.
     open(&fx, "D042\\F2", D::Open).unwrap();
     assert_eq!(scans() - before, dirs as u64);
+}
+
+/// A `len`-byte window of a fresh buffer whose address is congruent to `offset` modulo
+/// 4 KiB, as the READ handler places its data: (buffer, start of the window).
+fn co_aligned(len: usize, offset: u64) -> (Vec<u8>, usize) {
+    let buf = vec![0u8; len + 8192];
+    let natural = buf.as_ptr() as usize % 4096;
+    let start = (offset as usize % 4096 + 4096 - natural) % 4096;
+    (buf, start)
+}
+
+/// Direct read calls made on this thread so far.
+fn direct_reads() -> u64 {
+    super::direct::DIRECT_READS_ON_THIS_THREAD.with(|c| c.get())
+}
+
+#[test]
+fn large_reads_of_uncached_files_bypass_the_page_cache_and_read_what_was_written() {
+    let fx = fixture();
+    let size = (3 << 20) + 123;
+    let data: Vec<u8> = (0..size).map(|i| (i * 13 % 251) as u8).collect();
+    fs::write(fx.root.join("big.bin"), &data).unwrap();
+    evict_from_page_cache(&fx.root.join("big.bin"));
+    let o = open(&fx, "big.bin", D::Open).unwrap();
+    let direct_works = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(fx.root.join("big.bin"))
+        .is_ok();
+
+    // Uncached and large: the cached-only read declines without reading (so without
+    // starting readahead), and the read takes the direct path: an unaligned head
+    // buffered, the rest straight into the buffer.
+    let offset = 3 * 4096 + 100;
+    let len = 1 << 20;
+    let (mut buf, at) = co_aligned(len, offset as u64);
+    assert!(matches!(
+        o.file.read_cached(offset as u64, &mut buf[at..at + len]),
+        Err(FsError::WouldBlock)
+    ));
+    let before = direct_reads();
+    assert_eq!(
+        o.file
+            .read_at(offset as u64, &mut buf[at..at + len])
+            .unwrap(),
+        len
+    );
+    assert!(buf[at..at + len] == data[offset..offset + len]);
+    assert_eq!(direct_reads() > before, direct_works, "direct read used");
+
+    // Across the end of the file: exactly the bytes that exist.
+    let offset = size - 300_000 - (size - 300_000) % 4096;
+    let (mut buf, at) = co_aligned(len, offset as u64);
+    let n = o
+        .file
+        .read_at(offset as u64, &mut buf[at..at + len])
+        .unwrap();
+    assert_eq!(n, size - offset);
+    assert!(buf[at..at + n] == data[offset..]);
+
+    // A small buffered write through the same open is seen by the next direct read.
+    o.file.write_at(40_000, b"fresh bytes", false).unwrap();
+    let (mut buf, at) = co_aligned(len, 0);
+    assert_eq!(o.file.read_at(0, &mut buf[at..at + len]).unwrap(), len);
+    assert_eq!(&buf[at + 40_000..at + 40_011], b"fresh bytes");
+    assert!(buf[at..at + 40_000] == data[..40_000]);
+
+    // Memory not aligned as the offset: buffered, same bytes.
+    let before = direct_reads();
+    let (mut buf, at) = co_aligned(len + 1, 0);
+    assert_eq!(
+        o.file.read_at(0, &mut buf[at + 1..at + 1 + len]).unwrap(),
+        len
+    );
+    assert!(buf[at + 1 + 50_000..at + 1 + len] == data[50_000..len]);
+    assert_eq!(direct_reads(), before, "misaligned memory stays buffered");
+
+    // A second open of the file: its readers share the page cache, so reads are
+    // buffered, and they leave the pages cached ...
+    let other = open(&fx, "big.bin", D::Open).unwrap();
+    let mut whole = vec![0u8; size + 10];
+    assert_eq!(other.file.read_at(0, &mut whole).unwrap(), size);
+    assert_eq!(direct_reads(), before, "shared file stays buffered");
+    drop(other);
+    // ... so the single open's large read is served from the cache on the spot.
+    let (mut buf, at) = co_aligned(len, 8192);
+    assert_eq!(
+        o.file.read_cached(8192, &mut buf[at..at + len]).unwrap(),
+        len
+    );
+    assert_eq!(direct_reads(), before);
+    assert!(buf[at + 40_000 - 8192..at + 40_011 - 8192] == *b"fresh bytes");
 }
