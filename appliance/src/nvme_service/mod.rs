@@ -9,6 +9,7 @@ mod device;
 pub mod ports;
 mod sessions;
 pub mod uring;
+mod uring_queue;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,15 +1,19 @@
-//! NVMe reads and writes of volume files through io_uring: one ring on one thread
-//! serves every queue, so a storage request costs a channel send and an eventfd write
-//! instead of a hop through tokio's blocking pool. I/O at 4 KiB-aligned offsets and
-//! lengths goes to the volume's `O_DIRECT` descriptor, the rest (and every I/O on file
-//! systems without `O_DIRECT`, such as tmpfs) to its buffered descriptor. Either way
-//! writes go straight from the command's own buffer and reads land in the buffer that
-//! becomes the answer: the target's buffers are 4 KiB-aligned ([`IoBuf`]), so no bounce
-//! copy. Anything else (flush, zeroing, deallocation, devices that are not volume files)
-//! runs on the blocking pool as before.
+//! NVMe reads and writes of volume files through io_uring. I/O at 4 KiB-aligned
+//! offsets and lengths goes to the volume's `O_DIRECT` descriptor, the rest (and every
+//! I/O on file systems without `O_DIRECT`, such as tmpfs) to its buffered descriptor.
+//! Either way writes go straight from the command's own buffer and reads land in the
+//! buffer that becomes the answer: the target's buffers are 4 KiB-aligned ([`IoBuf`]),
+//! so no bounce copy. Anything else (flush, zeroing, deallocation, devices that are not
+//! volume files) runs on the blocking pool.
 //!
-//! Limits: at most [`RING_ENTRIES`] operations in the ring; more wait in a queue on the
-//! ring thread (their memory is already bounded by the NVMe queues' own limits).
+//! Two ways in, sharing [`Ring`] (planning, buffers in flight, short transfers):
+//! - each NVMe/TCP queue gets a ring of its own ([`super::uring_queue`]), submitted and
+//!   reaped on the queue's task: a request costs no thread hand-off at all;
+//! - [`UringExecutor::submit`] (NVMe/RDMA, and TCP queues whose ring could not be made)
+//!   hands requests to one ring thread: a channel send and an eventfd write each.
+//!
+//! Limits: at most [`RING_ENTRIES`] operations in a ring; more wait in its backlog
+//! (their memory is already bounded by the NVMe queues' own limits).
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -19,13 +23,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
 use io_uring::{opcode, types, IoUring};
-use quarry_nvmeof::target::{BlockOp, IoBuf, IoDone, IoExecutor, IoOutcome, IoRequest};
+use quarry_nvmeof::target::{BlockOp, IoBuf, IoDone, IoExecutor, IoOutcome, IoRequest, QueueIo};
 
 use super::device::{memory_aligned, FileDevice};
 
-/// Submission queue size of the ring (and most operations in it at once).
+/// Submission queue size of a ring (and most operations in it at once).
 pub const RING_ENTRIES: u32 = 256;
-/// `user_data` of the ring's own eventfd read.
+/// `user_data` of the ring thread's own eventfd read.
 const WAKE_KEY: u64 = u64::MAX;
 
 /// A request handed to the ring thread.
@@ -34,7 +38,8 @@ struct Job {
     done: IoDone,
 }
 
-/// The executor: a channel to the ring thread and the eventfd that wakes it.
+/// The executor: a channel to the ring thread and the eventfd that wakes it; it also
+/// makes the per-queue rings.
 pub struct UringExecutor {
     tx: mpsc::Sender<Job>,
     wake: File,
@@ -48,23 +53,17 @@ impl UringExecutor {
     /// Must be called inside a tokio runtime (fallback work goes to its blocking pool).
     pub fn start() -> io::Result<UringExecutor> {
         let ring = IoUring::new(RING_ENTRIES)?;
-        // SAFETY: eventfd has no memory-safety preconditions; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let owned = eventfd(0)?;
         let wake = File::from(owned.try_clone()?);
         let (tx, rx) = mpsc::channel();
         let blocking = tokio::runtime::Handle::try_current()
             .map_err(|e| io::Error::other(format!("no tokio runtime: {e}")))?;
         let fallback = blocking.clone();
         let completed = Arc::new(AtomicU64::new(0));
-        let counter = completed.clone();
+        let ring = Ring::new(ring, 1, completed.clone());
         std::thread::Builder::new()
             .name("quarry-uring".into())
-            .spawn(move || RingThread::new(ring, owned, rx, fallback, counter).run())?;
+            .spawn(move || RingThread::new(ring, owned, rx, fallback).run())?;
         Ok(UringExecutor {
             tx,
             wake,
@@ -73,15 +72,30 @@ impl UringExecutor {
         })
     }
 
-    /// Reads and writes the ring completed successfully (not those it handed to the
+    /// Reads and writes the rings completed successfully (not those handed to the
     /// blocking pool): tells which path requests took.
     pub fn ring_completions(&self) -> u64 {
         self.completed.load(Ordering::Relaxed)
     }
 }
 
-fn run_blocking(handle: &tokio::runtime::Handle, job: Job) {
-    let Job { req, done } = job;
+/// A fresh eventfd (`flags` besides `EFD_CLOEXEC`).
+pub(super) fn eventfd(flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: eventfd has no memory-safety preconditions; the result is checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Runs `req` on the blocking pool and hands its result to `done`.
+pub(super) fn run_blocking(
+    handle: &tokio::runtime::Handle,
+    req: IoRequest,
+    done: impl FnOnce(IoRequest, io::Result<IoOutcome>) + Send + 'static,
+) {
     handle.spawn_blocking(move || {
         let res = req.execute();
         done(req, res);
@@ -98,13 +112,23 @@ impl IoExecutor for UringExecutor {
                 }
             }
             // The ring thread is gone (it only ends on a ring failure): keep serving.
-            Err(mpsc::SendError(job)) => run_blocking(&self.blocking, job),
+            Err(mpsc::SendError(Job { req, done })) => run_blocking(&self.blocking, req, done),
+        }
+    }
+
+    fn queue_io(&self) -> Option<Box<dyn QueueIo>> {
+        match super::uring_queue::UringQueue::new(self.blocking.clone(), self.completed.clone()) {
+            Ok(q) => Some(Box::new(q)),
+            Err(e) => {
+                tracing::debug!(error = %e, "no io_uring ring for this queue; using the shared one");
+                None
+            }
         }
     }
 }
 
-/// Read or write as the ring runs it, with where its bytes live while the kernel
-/// holds them.
+/// Read or write as a ring runs it, with where its bytes live while the kernel holds
+/// them.
 enum RingOp {
     /// Into the buffer that becomes the answer.
     Read(IoBuf),
@@ -113,9 +137,11 @@ enum RingOp {
     Write { fua: bool, copy: Option<IoBuf> },
 }
 
-/// An operation in the ring: the buffer lives here until its completion arrives.
-struct InFlight {
-    job: Job,
+/// An operation in a ring: the buffer lives here until its completion arrives. `T` is
+/// what the submitter needs back with the result.
+pub(super) struct InFlight<T> {
+    req: IoRequest,
+    token: T,
     op: RingOp,
     fd: RawFd,
     offset: u64,
@@ -123,169 +149,131 @@ struct InFlight {
     progress: usize,
 }
 
-impl InFlight {
+impl<T> InFlight<T> {
     /// The operation's whole buffer (start and length); reads may write through it.
     fn window(&mut self) -> (*mut u8, usize) {
         let s: &mut [u8] = match &mut self.op {
             RingOp::Read(b) | RingOp::Write { copy: Some(b), .. } => b,
-            RingOp::Write { copy: None, .. } => match &mut self.job.req.op {
+            RingOp::Write { copy: None, .. } => match &mut self.req.op {
                 BlockOp::Write { data, .. } => data,
                 _ => &mut [],
             },
         };
         (s.as_mut_ptr(), s.len())
     }
+
+    /// Gives up the operation without freeing memory the kernel may still write: its
+    /// buffers are leaked. For rings that failed or were torn down with it in flight.
+    fn abandon(self) -> (IoRequest, T) {
+        let InFlight {
+            mut req, token, op, ..
+        } = self;
+        std::mem::forget(op);
+        if let BlockOp::Write { data, .. } = &mut req.op {
+            std::mem::forget(std::mem::take(data));
+        }
+        (req, token)
+    }
 }
 
-struct RingThread {
-    ring: IoUring,
-    wake: OwnedFd,
-    wake_buf: Box<[u8; 8]>,
-    rx: mpsc::Receiver<Job>,
-    fallback: tokio::runtime::Handle,
-    inflight: HashMap<u64, InFlight>,
-    backlog: VecDeque<InFlight>,
+/// How a request will run.
+pub(super) enum Planned<T> {
+    /// In a ring.
+    Ring(InFlight<T>),
+    /// On the blocking pool (not a read or write of a volume file).
+    Blocking(IoRequest, T),
+}
+
+/// Decides where `req` runs and, for the ring, on which descriptor and buffer.
+pub(super) fn plan<T>(req: IoRequest, token: T) -> Planned<T> {
+    let Some(dev) = req
+        .device
+        .as_any()
+        .and_then(|a| a.downcast_ref::<FileDevice>())
+    else {
+        return Planned::Blocking(req, token);
+    };
+    let (direct, buffered) = (dev.direct_fd(), dev.buffered_fd());
+    // The descriptor for I/O at `offset` of `len` bytes: direct when aligned.
+    let fd_for = |offset: u64, len: usize| match direct {
+        Some(fd) if is_aligned(offset, len) => fd,
+        _ => buffered,
+    };
+    let plan = match &req.op {
+        BlockOp::Read { offset, len } if *len > 0 => {
+            let op = RingOp::Read(IoBuf::zeroed(*len as usize));
+            Some((op, fd_for(*offset, *len as usize), *offset))
+        }
+        BlockOp::Write { offset, data, fua } if !data.is_empty() => {
+            let fd = fd_for(*offset, data.len());
+            let copy = (fd != buffered && !memory_aligned(data)).then(|| IoBuf::copy_from(data));
+            Some((RingOp::Write { fua: *fua, copy }, fd, *offset))
+        }
+        _ => None,
+    };
+    match plan {
+        Some((op, fd, offset)) => Planned::Ring(InFlight {
+            req,
+            token,
+            op,
+            fd,
+            offset,
+            progress: 0,
+        }),
+        None => Planned::Blocking(req, token),
+    }
+}
+
+/// A request's end: the request, its token and its result.
+pub(super) type Ended<T> = (IoRequest, T, io::Result<IoOutcome>);
+
+/// One io_uring ring and the operations in it.
+pub(super) struct Ring<T> {
+    pub(super) ring: IoUring,
+    inflight: HashMap<u64, InFlight<T>>,
+    backlog: VecDeque<InFlight<T>>,
     next_key: u64,
-    closed: bool,
+    /// Slots kept free for the owner's own operations (the thread's wake-up read).
+    reserved: usize,
     completed: Arc<AtomicU64>,
 }
 
-impl RingThread {
-    fn new(
-        ring: IoUring,
-        wake: OwnedFd,
-        rx: mpsc::Receiver<Job>,
-        fallback: tokio::runtime::Handle,
-        completed: Arc<AtomicU64>,
-    ) -> Self {
-        RingThread {
+impl<T> Ring<T> {
+    pub(super) fn new(ring: IoUring, reserved: usize, completed: Arc<AtomicU64>) -> Self {
+        Ring {
             ring,
-            wake,
-            wake_buf: Box::new([0; 8]),
-            rx,
-            fallback,
             inflight: HashMap::new(),
             backlog: VecDeque::new(),
             next_key: 0,
-            closed: false,
+            reserved,
             completed,
         }
     }
 
-    fn run(mut self) {
-        if let Err(e) = self.arm_wake() {
-            tracing::error!(error = %e, "io_uring: cannot arm the wake-up read; NVMe I/O falls back to threads");
-            self.drain_to_fallback();
-            return;
-        }
-        loop {
-            self.take_jobs();
-            self.fill_ring();
-            if self.closed && self.inflight.is_empty() && self.backlog.is_empty() {
-                return;
-            }
-            if let Err(e) = self.ring.submit_and_wait(1) {
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                tracing::error!(error = %e, "io_uring submit failed; NVMe I/O falls back to threads");
-                self.fail_all(&e);
-                self.drain_to_fallback();
-                return;
-            }
-            let done: Vec<(u64, i32)> = self
-                .ring
-                .completion()
-                .map(|c| (c.user_data(), c.result()))
-                .collect();
-            for (key, res) in done {
-                if key == WAKE_KEY {
-                    if let Err(e) = self.arm_wake() {
-                        tracing::error!(error = %e, "io_uring: re-arming the wake-up read failed");
-                    }
-                    continue;
-                }
-                if let Some(op) = self.inflight.remove(&key) {
-                    self.complete(op, res);
-                }
-            }
-        }
+    /// Whether operations are in the ring or waiting for room.
+    pub(super) fn busy(&self) -> bool {
+        !self.inflight.is_empty() || !self.backlog.is_empty()
     }
 
-    /// Queues a read of the eventfd, so a submitter's write ends `submit_and_wait`.
-    fn arm_wake(&mut self) -> io::Result<()> {
-        let sqe = opcode::Read::new(
-            types::Fd(self.wake.as_raw_fd()),
-            self.wake_buf.as_mut_ptr(),
-            8,
-        )
-        .build()
-        .user_data(WAKE_KEY);
-        // SAFETY: the buffer is owned by `self` (boxed, so it does not move) and
-        // outlives the ring; the descriptor stays open as long as `self`.
-        unsafe { self.ring.submission().push(&sqe) }
-            .map_err(|_| io::Error::other("submission queue full"))?;
-        Ok(())
+    /// Whether operations wait for room in the ring.
+    pub(super) fn waiting(&self) -> bool {
+        !self.backlog.is_empty()
     }
 
-    /// Moves new jobs from the channel into the backlog (or the blocking pool).
-    fn take_jobs(&mut self) {
-        loop {
-            match self.rx.try_recv() {
-                Ok(job) => self.accept(job),
-                Err(mpsc::TryRecvError::Empty) => return,
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    self.closed = true;
-                    return;
-                }
-            }
-        }
+    /// Whether operations the kernel holds are outstanding.
+    pub(super) fn in_flight(&self) -> bool {
+        !self.inflight.is_empty()
     }
 
-    fn accept(&mut self, job: Job) {
-        let Some(dev) = job
-            .req
-            .device
-            .as_any()
-            .and_then(|a| a.downcast_ref::<FileDevice>())
-        else {
-            return run_blocking(&self.fallback, job);
-        };
-        let (direct, buffered) = (dev.direct_fd(), dev.buffered_fd());
-        // The descriptor for I/O at `offset` of `len` bytes: direct when aligned.
-        let fd_for = |offset: u64, len: usize| match direct {
-            Some(fd) if is_aligned(offset, len) => fd,
-            _ => buffered,
-        };
-        let plan = match &job.req.op {
-            BlockOp::Read { offset, len } if *len > 0 => {
-                let op = RingOp::Read(IoBuf::zeroed(*len as usize));
-                Some((op, fd_for(*offset, *len as usize), *offset))
-            }
-            BlockOp::Write { offset, data, fua } if !data.is_empty() => {
-                let fd = fd_for(*offset, data.len());
-                let copy =
-                    (fd != buffered && !memory_aligned(data)).then(|| IoBuf::copy_from(data));
-                Some((RingOp::Write { fua: *fua, copy }, fd, *offset))
-            }
-            _ => None,
-        };
-        match plan {
-            Some((op, fd, offset)) => self.backlog.push_back(InFlight {
-                job,
-                op,
-                fd,
-                offset,
-                progress: 0,
-            }),
-            None => run_blocking(&self.fallback, job),
-        }
+    /// Queues an operation for the ring.
+    pub(super) fn enqueue(&mut self, op: InFlight<T>) {
+        self.backlog.push_back(op);
     }
 
-    /// Submits backlog operations while the ring has room.
-    fn fill_ring(&mut self) {
-        // One slot stays for the wake-up read.
-        while self.inflight.len() + 1 < RING_ENTRIES as usize {
+    /// Pushes backlog operations into the submission queue while the ring has room
+    /// (the caller submits).
+    pub(super) fn fill(&mut self) {
+        while self.inflight.len() + self.reserved < RING_ENTRIES as usize {
             let Some(op) = self.backlog.pop_front() else {
                 return;
             };
@@ -293,7 +281,7 @@ impl RingThread {
         }
     }
 
-    fn push(&mut self, mut op: InFlight) {
+    fn push(&mut self, mut op: InFlight<T>) {
         let key = self.next_key;
         self.next_key = (self.next_key + 1) % WAKE_KEY;
         let (start, total) = op.window();
@@ -314,8 +302,9 @@ impl RingThread {
         // SAFETY: the buffer is owned by `op`, which stays in `inflight` (heap memory
         // that does not move when the map grows: every `RingOp` buffer is or is in a
         // Vec, and the request's Vec is not touched while in flight) until this
-        // operation's completion is reaped; the descriptor belongs to the device the
-        // request holds an `Arc` of, so it stays open as long as `op`.
+        // operation's completion is reaped, or is leaked (`abandon`); the descriptor
+        // belongs to the device the request holds an `Arc` of, so it stays open as long
+        // as `op`.
         let pushed = unsafe { self.ring.submission().push(&sqe) };
         if pushed.is_err() {
             self.backlog.push_front(op);
@@ -324,15 +313,26 @@ impl RingThread {
         self.inflight.insert(key, op);
     }
 
-    fn complete(&mut self, mut op: InFlight, res: i32) {
+    /// The completions waiting in the completion queue (keys and results).
+    pub(super) fn reap(&mut self) -> Vec<(u64, i32)> {
+        self.ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect()
+    }
+
+    /// Settles the completion of `key`: the request's end, or `None` when the key is
+    /// not one of this ring's operations or the operation goes on (a short transfer or
+    /// EAGAIN, back in the backlog).
+    pub(super) fn complete(&mut self, key: u64, res: i32) -> Option<Ended<T>> {
+        let mut op = self.inflight.remove(&key)?;
         if res == -libc::EAGAIN || res == -libc::EINTR {
             self.backlog.push_front(op);
-            return;
+            return None;
         }
         if res < 0 {
-            let Job { req, done } = op.job;
-            done(req, Err(io::Error::from_raw_os_error(-res)));
-            return;
+            let InFlight { req, token, .. } = op;
+            return Some((req, token, Err(io::Error::from_raw_os_error(-res))));
         }
         let n = res as usize;
         let total = op.window().1;
@@ -342,46 +342,148 @@ impl RingThread {
                 // than its volume, e.g. after a crash during a resize).
                 RingOp::Read(_) => op.progress = total,
                 RingOp::Write { .. } => {
-                    let Job { req, done } = op.job;
-                    done(req, Err(io::Error::from(io::ErrorKind::WriteZero)));
-                    return;
+                    let InFlight { req, token, .. } = op;
+                    return Some((req, token, Err(io::Error::from(io::ErrorKind::WriteZero))));
                 }
             }
         }
         op.progress = (op.progress + n).min(total);
         if op.progress < total {
             self.backlog.push_front(op);
-            return;
+            return None;
         }
-        let InFlight { job, op, .. } = op;
-        let Job { req, done } = job;
+        let InFlight { req, token, op, .. } = op;
         let outcome = match op {
             RingOp::Read(b) => IoOutcome::Read(b),
             RingOp::Write { .. } => IoOutcome::Done,
         };
         self.completed.fetch_add(1, Ordering::Relaxed);
-        done(req, Ok(outcome));
+        Some((req, token, Ok(outcome)))
     }
 
-    fn fail_all(&mut self, e: &io::Error) {
-        // Buffers of operations the kernel may still hold must not be freed: leak them.
-        for (_, op) in self.inflight.drain() {
-            let InFlight { job, op, .. } = op;
-            std::mem::forget(op);
-            let Job { mut req, done } = job;
-            if let BlockOp::Write { data, .. } = &mut req.op {
-                std::mem::forget(std::mem::take(data));
+    /// Fails every operation the kernel holds (the ring broke), leaking their buffers,
+    /// and returns them with the error; the backlog is returned untouched.
+    pub(super) fn fail_all(&mut self, e: &io::Error) -> (Vec<Ended<T>>, Vec<(IoRequest, T)>) {
+        let failed = self
+            .inflight
+            .drain()
+            .map(|(_, op)| {
+                let (req, token) = op.abandon();
+                (req, token, Err(io::Error::new(e.kind(), e.to_string())))
+            })
+            .collect();
+        let waiting = self
+            .backlog
+            .drain(..)
+            .map(|op| (op.req, op.token))
+            .collect();
+        (failed, waiting)
+    }
+}
+
+struct RingThread {
+    ring: Ring<IoDone>,
+    wake: OwnedFd,
+    wake_buf: Box<[u8; 8]>,
+    rx: mpsc::Receiver<Job>,
+    fallback: tokio::runtime::Handle,
+    closed: bool,
+}
+
+impl RingThread {
+    fn new(
+        ring: Ring<IoDone>,
+        wake: OwnedFd,
+        rx: mpsc::Receiver<Job>,
+        fallback: tokio::runtime::Handle,
+    ) -> Self {
+        RingThread {
+            ring,
+            wake,
+            wake_buf: Box::new([0; 8]),
+            rx,
+            fallback,
+            closed: false,
+        }
+    }
+
+    fn run(mut self) {
+        if let Err(e) = self.arm_wake() {
+            tracing::error!(error = %e, "io_uring: cannot arm the wake-up read; NVMe I/O falls back to threads");
+            self.drain_to_fallback(Vec::new());
+            return;
+        }
+        loop {
+            self.take_jobs();
+            self.ring.fill();
+            if self.closed && !self.ring.busy() {
+                return;
             }
-            done(req, Err(io::Error::new(e.kind(), e.to_string())));
+            if let Err(e) = self.ring.ring.submit_and_wait(1) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                tracing::error!(error = %e, "io_uring submit failed; NVMe I/O falls back to threads");
+                let (failed, waiting) = self.ring.fail_all(&e);
+                for (req, done, res) in failed {
+                    done(req, res);
+                }
+                self.drain_to_fallback(waiting);
+                return;
+            }
+            for (key, res) in self.ring.reap() {
+                if key == WAKE_KEY {
+                    if let Err(e) = self.arm_wake() {
+                        tracing::error!(error = %e, "io_uring: re-arming the wake-up read failed");
+                    }
+                    continue;
+                }
+                if let Some((req, done, res)) = self.ring.complete(key, res) {
+                    done(req, res);
+                }
+            }
         }
     }
 
-    fn drain_to_fallback(&mut self) {
-        for op in self.backlog.drain(..) {
-            run_blocking(&self.fallback, op.job);
+    /// Queues a read of the eventfd, so a submitter's write ends `submit_and_wait`.
+    fn arm_wake(&mut self) -> io::Result<()> {
+        let sqe = opcode::Read::new(
+            types::Fd(self.wake.as_raw_fd()),
+            self.wake_buf.as_mut_ptr(),
+            8,
+        )
+        .build()
+        .user_data(WAKE_KEY);
+        // SAFETY: the buffer is owned by `self` (boxed, so it does not move) and
+        // outlives the ring; the descriptor stays open as long as `self`.
+        unsafe { self.ring.ring.submission().push(&sqe) }
+            .map_err(|_| io::Error::other("submission queue full"))?;
+        Ok(())
+    }
+
+    /// Moves new jobs from the channel into the ring's backlog (or the blocking pool).
+    fn take_jobs(&mut self) {
+        loop {
+            match self.rx.try_recv() {
+                Ok(Job { req, done }) => match plan(req, done) {
+                    Planned::Ring(op) => self.ring.enqueue(op),
+                    Planned::Blocking(req, done) => run_blocking(&self.fallback, req, done),
+                },
+                Err(mpsc::TryRecvError::Empty) => return,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.closed = true;
+                    return;
+                }
+            }
         }
-        while let Ok(job) = self.rx.recv() {
-            run_blocking(&self.fallback, job);
+    }
+
+    fn drain_to_fallback(&mut self, waiting: Vec<(IoRequest, IoDone)>) {
+        for (req, done) in waiting {
+            run_blocking(&self.fallback, req, done);
+        }
+        while let Ok(Job { req, done }) = self.rx.recv() {
+            run_blocking(&self.fallback, req, done);
         }
     }
 }

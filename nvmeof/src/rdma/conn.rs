@@ -458,7 +458,7 @@ impl Conn {
                 invalidate,
             } => self.start_respond(cqe, data, *sgl, *invalidate),
             // Only transfers are queued here.
-            Output::Send(_) | Output::Io(_) | Output::Close => Ok(true),
+            Output::Send(_) | Output::SendData { .. } | Output::Io(_) | Output::Close => Ok(true),
         }
     }
 
@@ -755,7 +755,7 @@ impl Conn {
                 }
                 o @ (Output::FetchData { .. } | Output::Respond { .. }) => self.submit(o)?,
                 Output::Close => close = true,
-                Output::Send(_) => {
+                Output::Send(_) | Output::SendData { .. } => {
                     return Err(End::Fatal("NVMe/TCP output on an RDMA queue".into()));
                 }
             }

@@ -41,6 +41,36 @@ pub type IoDone = Box<dyn FnOnce(super::io::IoRequest, io::Result<super::io::IoO
 pub trait IoExecutor: Send + Sync + 'static {
     /// Starts `req`; `done` must be called exactly once, from any thread.
     fn submit(&self, req: super::io::IoRequest, done: IoDone);
+
+    /// A storage engine owned by one queue's task, if this executor offers one: the
+    /// queue submits and reaps on its own task, with no hand-off to another thread
+    /// and back per request (the cost of [`IoExecutor::submit`] at small block sizes).
+    /// `None` (the default) keeps every request on [`IoExecutor::submit`].
+    fn queue_io(&self) -> Option<Box<dyn QueueIo>> {
+        None
+    }
+}
+
+/// A finished storage request and its result.
+pub type IoFinished = (super::io::IoRequest, io::Result<super::io::IoOutcome>);
+
+/// Storage I/O driven by one queue's task (see [`IoExecutor::queue_io`]). Every
+/// submitted request comes back exactly once through [`QueueIo::poll_done`]; dropping
+/// the engine with requests in flight must neither block the task for long nor free
+/// memory the kernel may still write.
+pub trait QueueIo: Send {
+    /// Queues `req`; it starts at the next [`QueueIo::flush`] at the latest.
+    fn submit(&mut self, req: super::io::IoRequest);
+    /// Starts everything queued since the last call (one system call for a turn's
+    /// worth of commands).
+    fn flush(&mut self);
+    /// Moves finished requests into `out`: `Ready` when it moved any, else `Pending`
+    /// with `cx`'s waker registered for the next completion.
+    fn poll_done(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        out: &mut std::collections::VecDeque<IoFinished>,
+    ) -> std::task::Poll<()>;
 }
 
 /// Per-namespace I/O counters for the SMART log; atomics so queues never lock.

@@ -12,8 +12,8 @@ pub mod queue;
 
 pub use admin::ListenerInfo;
 pub use config::{
-    BlockDevice, ConfigSource, IoCounters, IoDone, IoExecutor, NamespaceConfig, PortConfig,
-    SubsystemConfig, TargetConfig, TargetIdentity,
+    BlockDevice, ConfigSource, IoCounters, IoDone, IoExecutor, IoFinished, NamespaceConfig,
+    PortConfig, QueueIo, SubsystemConfig, TargetConfig, TargetIdentity,
 };
 pub use controller::{Controller, IoKind, SessionHooks, SessionObserver, Target};
 pub use io::{BlockOp, IoOutcome, IoRequest};

@@ -33,6 +33,17 @@ use crate::tcp::{self, DecodeContext, Digests, IcResp, Pdu, PduError, TermReqFes
 pub enum Output {
     /// Send these bytes (one or more whole PDUs), in order.
     Send(Vec<u8>),
+    /// Send `head`, then `data`, then `tail`, in order: a read's C2HData written from
+    /// the buffer the storage filled (no copy into the PDU). `head` is the PDU up to
+    /// its data; `tail` its data digest and the CapsuleResp, when there are any.
+    SendData {
+        /// PDU header, header digest and padding.
+        head: Vec<u8>,
+        /// The data.
+        data: IoBuf,
+        /// What follows the data: digest, CapsuleResp (either may be absent).
+        tail: Vec<u8>,
+    },
     /// Run this storage operation and report it with [`Queue::io_done`].
     Io(IoRequest),
     /// Flush what was sent, then close the connection.
@@ -732,7 +743,7 @@ impl Queue {
                     c.account(data.len() as u64, 0);
                     c.io_completed(IoKind::Read, req.started.elapsed(), true);
                 }
-                self.complete(req.cid, Status::SUCCESS, 0, 0, &data);
+                self.complete_read(req.cid, data);
             }
             Ok(IoOutcome::Done) => {
                 if let BlockOp::Write { data, .. } = &req.op {
@@ -867,6 +878,52 @@ impl Queue {
         self.complete(cid, status, dw0, dw1, &[]);
     }
 
+    /// Completes a successful read on TCP with its data sent from `data` itself
+    /// ([`Output::SendData`]); RDMA and empty reads take [`Queue::complete`].
+    fn complete_read(&mut self, cid: u16, data: IoBuf) {
+        if self.wire == Wire::Rdma || data.is_empty() {
+            return self.complete(cid, Status::SUCCESS, 0, 0, &data);
+        }
+        self.inflight.remove(&cid);
+        let cqe = self.cqe(cid, Status::SUCCESS, 0, 0);
+        let success_flag = self.sqflow_disabled;
+        let mut head = Vec::with_capacity(32);
+        let digested = tcp::encode_c2h_data_head(
+            &mut head,
+            cid,
+            0,
+            data.len(),
+            true,
+            success_flag,
+            self.digests,
+            self.hpda,
+        );
+        let mut tail = Vec::new();
+        if digested {
+            tail.extend_from_slice(&tcp::data_digest(&data));
+        }
+        if !success_flag {
+            tcp::encode_capsule_resp(&mut tail, &cqe, self.digests);
+        }
+        self.out.push_back(Output::SendData { head, data, tail });
+    }
+
+    /// The completion entry of `cid` as this queue reports it.
+    fn cqe(&self, cid: u16, status: Status, dw0: u32, dw1: u32) -> Cqe {
+        Cqe {
+            dw0,
+            dw1,
+            sqhd: if self.sqflow_disabled {
+                0xffff
+            } else {
+                self.sqhd
+            },
+            sqid: self.qid,
+            cid,
+            status: status.to_u16(),
+        }
+    }
+
     /// Completes a command: C2HData (if any) then CapsuleResp, unless SUCCESS covers it.
     fn complete(&mut self, cid: u16, status: Status, dw0: u32, dw1: u32, data: &[u8]) {
         let cmd = self.inflight.remove(&cid);
@@ -883,18 +940,7 @@ impl Queue {
                 c.log_error(self.qid, cid, status.to_u16(), nsid, lba);
             }
         }
-        let cqe = Cqe {
-            dw0,
-            dw1,
-            sqhd: if self.sqflow_disabled {
-                0xffff
-            } else {
-                self.sqhd
-            },
-            sqid: self.qid,
-            cid,
-            status: status.to_u16(),
-        };
+        let cqe = self.cqe(cid, status, dw0, dw1);
         if self.wire == Wire::Rdma {
             let sqe = match &cmd {
                 Some(c) => Some(c.sqe),

@@ -127,6 +127,11 @@ impl Host {
                     self.raw.extend_from_slice(&b);
                     got.extend(self.parse(&b));
                 }
+                Output::SendData { head, data, tail } => {
+                    let b = [&head[..], &data[..], &tail[..]].concat();
+                    self.raw.extend_from_slice(&b);
+                    got.extend(self.parse(&b));
+                }
                 Output::Io(req) => {
                     let r = req.execute();
                     self.q.io_done(&req, r);
@@ -977,6 +982,7 @@ fn rdma_drain(q: &mut Queue) -> Vec<RdmaOut> {
             } => v.push(RdmaOut::Respond(cqe, data, invalidate)),
             Output::Close => v.push(RdmaOut::Close),
             Output::Send(b) => panic!("TCP bytes from an RDMA queue: {b:?}"),
+            Output::SendData { head, .. } => panic!("TCP data from an RDMA queue: {head:?}"),
         }
     }
     v

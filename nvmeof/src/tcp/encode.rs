@@ -15,6 +15,26 @@ fn encode_pdu(
     digests: Digests,
     align: u8,
 ) {
+    let digested = encode_pdu_head(out, ty, extra_flags, specific, data.len(), digests, align);
+    out.extend_from_slice(data);
+    if digested {
+        out.extend_from_slice(&crc32c_digest(data).to_le_bytes());
+    }
+}
+
+/// Appends everything of a PDU that comes before its `data_len` bytes of data (header,
+/// header digest, padding to the data offset); true when a data digest must follow the
+/// data. With [`encode_pdu`]'s callers this is the whole PDU but its data, so a large
+/// payload can be written from its own buffer instead of copied in.
+fn encode_pdu_head(
+    out: &mut Vec<u8>,
+    ty: PduType,
+    extra_flags: u8,
+    specific: &[u8],
+    data_len: usize,
+    digests: Digests,
+    align: u8,
+) -> bool {
     let digests = if ty.digested() {
         digests
     } else {
@@ -23,7 +43,7 @@ fn encode_pdu(
     let hlen = ty.hlen();
     let hd = digests.header_len();
     let header_end = usize::from(hlen) + hd;
-    let (pdo, dd) = if data.is_empty() {
+    let (pdo, dd) = if data_len == 0 {
         (0usize, 0usize)
     } else {
         let a = if align == 0 {
@@ -36,16 +56,16 @@ fn encode_pdu(
             if digests.data { DIGEST_LEN } else { 0 },
         )
     };
-    let plen = if data.is_empty() {
+    let plen = if data_len == 0 {
         header_end
     } else {
-        pdo + data.len() + dd
+        pdo + data_len + dd
     };
     let mut flags = extra_flags;
     if digests.header {
         flags |= FLAG_HDGSTF;
     }
-    if !data.is_empty() && digests.data {
+    if data_len != 0 && digests.data {
         flags |= FLAG_DDGSTF;
     }
     let start = out.len();
@@ -67,13 +87,10 @@ fn encode_pdu(
         let d = crc32c_digest(&out[start..start + usize::from(hlen)]);
         out.extend_from_slice(&d.to_le_bytes());
     }
-    if !data.is_empty() {
+    if data_len != 0 {
         out.resize(start + pdo, 0);
-        out.extend_from_slice(data);
-        if digests.data {
-            out.extend_from_slice(&crc32c_digest(data).to_le_bytes());
-        }
     }
+    data_len != 0 && digests.data
 }
 
 /// ICReq (host side).
@@ -163,6 +180,28 @@ pub fn encode_c2h_data(
     digests: Digests,
     hpda: u8,
 ) {
+    let digested =
+        encode_c2h_data_head(out, cccid, datao, data.len(), last, success, digests, hpda);
+    out.extend_from_slice(data);
+    if digested {
+        out.extend_from_slice(&crc32c_digest(data).to_le_bytes());
+    }
+}
+
+/// What [`encode_c2h_data`] writes before the data, for a read answered from its own
+/// buffer (no copy into the PDU): the caller sends this, then the `data_len` bytes,
+/// then (when this returns true) their [`data_digest`].
+#[allow(clippy::too_many_arguments)]
+pub fn encode_c2h_data_head(
+    out: &mut Vec<u8>,
+    cccid: u16,
+    datao: u32,
+    data_len: usize,
+    last: bool,
+    success: bool,
+    digests: Digests,
+    hpda: u8,
+) -> bool {
     let mut flags = 0;
     if last || success {
         flags |= FLAG_LAST_PDU;
@@ -170,8 +209,13 @@ pub fn encode_c2h_data(
     if success {
         flags |= FLAG_SUCCESS;
     }
-    let s = data_specific(cccid, 0, datao, data.len());
-    encode_pdu(out, PduType::C2hData, flags, &s, data, digests, hpda);
+    let s = data_specific(cccid, 0, datao, data_len);
+    encode_pdu_head(out, PduType::C2hData, flags, &s, data_len, digests, hpda)
+}
+
+/// The data digest (CRC32C, little-endian) that follows a PDU's data.
+pub fn data_digest(data: &[u8]) -> [u8; DIGEST_LEN] {
+    crc32c_digest(data).to_le_bytes()
 }
 
 /// H2CData answering an R2T (host side).

@@ -13,8 +13,8 @@ mod header;
 pub use decode::{decode, frame_len, DecodeContext, PduError};
 pub use digest::{crc32c_digest, Digests};
 pub use encode::{
-    encode_c2h_data, encode_capsule_cmd, encode_capsule_resp, encode_h2c_data, encode_icreq,
-    encode_icresp, encode_r2t, encode_term_req,
+    data_digest, encode_c2h_data, encode_c2h_data_head, encode_capsule_cmd, encode_capsule_resp,
+    encode_h2c_data, encode_icreq, encode_icresp, encode_r2t, encode_term_req,
 };
 pub use header::{
     CapsuleCmd, CapsuleResp, CommonHeader, DataPdu, IcReq, IcResp, Pdu, PduType, R2t, TermReq,

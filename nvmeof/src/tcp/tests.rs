@@ -316,3 +316,37 @@ fn capsule_without_data_has_zero_pdo() {
         assert!(c.data.is_empty());
     }
 }
+
+/// A C2HData sent as head + the data's own buffer + digest is byte for byte the PDU
+/// `encode_c2h_data` builds, for every digest setting, host alignment and flag.
+#[test]
+fn c2h_data_in_pieces_equals_the_whole_pdu() {
+    let data: Vec<u8> = (0..5000u32).map(|i| (i % 253) as u8).collect();
+    for d in [
+        Digests::NONE,
+        Digests {
+            header: true,
+            data: false,
+        },
+        Digests {
+            header: true,
+            data: true,
+        },
+    ] {
+        for hpda in [0u8, 1, 3, 31] {
+            for (last, success) in [(true, false), (true, true), (false, false)] {
+                let mut whole = Vec::new();
+                encode_c2h_data(&mut whole, 9, 4096, &data, last, success, d, hpda);
+                let mut pieces = Vec::new();
+                let digested =
+                    encode_c2h_data_head(&mut pieces, 9, 4096, data.len(), last, success, d, hpda);
+                pieces.extend_from_slice(&data);
+                if digested {
+                    pieces.extend_from_slice(&data_digest(&data));
+                }
+                assert_eq!(pieces, whole, "{d:?} hpda {hpda} {last} {success}");
+                assert_eq!(digested, d.data);
+            }
+        }
+    }
+}

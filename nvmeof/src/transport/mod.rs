@@ -2,8 +2,10 @@
 //! the target's executor (or the blocking pool), nothing shared between queues on the
 //! data path but atomics. Answers leave in vectored writes, many PDUs per system call.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
@@ -13,7 +15,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::target::io::{IoOutcome, IoRequest};
-use crate::target::{ListenerInfo, Output, Queue, Target};
+use crate::target::IoBuf;
+use crate::target::{IoFinished, ListenerInfo, Output, Queue, QueueIo, Target};
 use crate::tcp::{decode, frame_len, PduType, COMMON_HEADER_LEN};
 
 /// How often each connection checks keep-alive and controller teardown.
@@ -47,10 +50,42 @@ fn read_len(res: &std::io::Result<IoOutcome>) -> usize {
     }
 }
 
+/// Resolves when finished storage requests wait in `finished` (taking them from the
+/// queue's engine first); never while there is no engine.
+async fn poll_finished(engine: &mut Option<Box<dyn QueueIo>>, finished: &mut VecDeque<IoFinished>) {
+    std::future::poll_fn(|cx| {
+        if !finished.is_empty() {
+            return Poll::Ready(());
+        }
+        match engine.as_mut() {
+            Some(e) => e.poll_done(cx, finished),
+            None => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// A piece of what a connection writes: encoded PDU bytes, or a read's data sent from
+/// the buffer the storage filled.
+enum Chunk {
+    Bytes(Vec<u8>),
+    Data(IoBuf),
+}
+
+impl std::ops::Deref for Chunk {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Chunk::Bytes(b) => b,
+            Chunk::Data(d) => d,
+        }
+    }
+}
+
 /// [`write_all_pdus`] bounded by [`WRITE_TIMEOUT`] (a host that stopped reading).
 async fn send_pdus<W: tokio::io::AsyncWrite + Unpin>(
     wr: &mut W,
-    pdus: Vec<Vec<u8>>,
+    pdus: Vec<Chunk>,
 ) -> std::io::Result<()> {
     if pdus.is_empty() {
         return Ok(());
@@ -68,7 +103,7 @@ async fn send_pdus<W: tokio::io::AsyncWrite + Unpin>(
 /// instead of one per PDU, and no copy to join them.
 async fn write_all_pdus<W: tokio::io::AsyncWrite + Unpin>(
     wr: &mut W,
-    pdus: Vec<Vec<u8>>,
+    pdus: Vec<Chunk>,
 ) -> std::io::Result<()> {
     let mut pdus = std::collections::VecDeque::from(pdus);
     // Bytes of the front PDU already written.
@@ -199,6 +234,10 @@ pub async fn connection(
     let mut buf = BytesMut::with_capacity(RECV_BUF);
     let (io_tx, mut io_rx) = mpsc::unbounded_channel::<(IoRequest, std::io::Result<IoOutcome>)>();
     let executor = target.executor();
+    // Storage on this task's own engine when the executor offers one; requests it
+    // finished wait here until the loop takes them.
+    let mut queue_io = executor.as_ref().and_then(|e| e.queue_io());
+    let mut finished: VecDeque<IoFinished> = VecDeque::new();
     let events = Arc::new(Notify::new());
     let mut waker_installed = false;
     let mut tick = tokio::time::interval(TICK);
@@ -260,6 +299,18 @@ pub async fn connection(
                     q.io_done(&req, res);
                 }
             }
+            _ = poll_finished(&mut queue_io, &mut finished), if queue_io.is_some() => {
+                // As above: a bounded batch per turn; the rest stays for the next.
+                let mut read_bytes = 0;
+                for _ in 0..MAX_COMPLETIONS_PER_WAKE {
+                    if read_bytes >= FLUSH_BYTES {
+                        break;
+                    }
+                    let Some((req, res)) = finished.pop_front() else { break };
+                    read_bytes += read_len(&res);
+                    q.io_done(&req, res);
+                }
+            }
             _ = events.notified() => {
                 q.poll_events();
             }
@@ -279,21 +330,23 @@ pub async fn connection(
             }
         }
         let mut close = false;
-        let mut sends: Vec<Vec<u8>> = Vec::new();
+        let mut sends: Vec<Chunk> = Vec::new();
         let mut pending = 0usize;
         while let Some(o) = q.poll_output() {
-            match o {
-                Output::Send(b) => {
-                    pending += b.len();
-                    sends.push(b);
-                    // Large answers stream out as they come rather than pile up.
-                    if pending >= FLUSH_BYTES {
-                        if let Err(e) = send_pdus(&mut wr, std::mem::take(&mut sends)).await {
-                            q.on_disconnect();
-                            return Err(e);
-                        }
-                        pending = 0;
+            let parts = match o {
+                Output::Send(b) => vec![Chunk::Bytes(b)],
+                Output::SendData { head, data, tail } => {
+                    let mut parts = vec![Chunk::Bytes(head), Chunk::Data(data)];
+                    if !tail.is_empty() {
+                        parts.push(Chunk::Bytes(tail));
                     }
+                    parts
+                }
+                Output::Io(req) if queue_io.is_some() => {
+                    if let Some(engine) = queue_io.as_mut() {
+                        engine.submit(req);
+                    }
+                    continue;
                 }
                 Output::Io(req) => {
                     let tx = io_tx.clone();
@@ -312,15 +365,34 @@ pub async fn connection(
                             });
                         }
                     }
+                    continue;
                 }
-                Output::Close => close = true,
+                Output::Close => {
+                    close = true;
+                    continue;
+                }
                 // A TCP queue never asks for RDMA operations; treat one as a bug and
                 // end the connection rather than guess.
                 Output::FetchData { .. } | Output::Respond { .. } => {
                     tracing::error!(%peer, "RDMA output on an NVMe/TCP queue; closing");
                     close = true;
+                    continue;
                 }
+            };
+            pending += parts.iter().map(|p| p.len()).sum::<usize>();
+            sends.extend(parts);
+            // Large answers stream out as they come rather than pile up.
+            if pending >= FLUSH_BYTES {
+                if let Err(e) = send_pdus(&mut wr, std::mem::take(&mut sends)).await {
+                    q.on_disconnect();
+                    return Err(e);
+                }
+                pending = 0;
             }
+        }
+        // This turn's storage requests start together, before the answers are written.
+        if let Some(engine) = queue_io.as_mut() {
+            engine.flush();
         }
         // What is left of this turn's answers goes out in as few writes as the socket
         // allows.
@@ -405,7 +477,16 @@ mod tests {
                 step,
                 calls: 0,
             };
-            write_all_pdus(&mut w, pdus.clone()).await.unwrap();
+            // Every third piece is a read's data buffer, as `Output::SendData` sends.
+            let chunks = pdus
+                .iter()
+                .enumerate()
+                .map(|(i, p)| match i % 3 {
+                    1 => Chunk::Data(IoBuf::copy_from(p)),
+                    _ => Chunk::Bytes(p.clone()),
+                })
+                .collect();
+            write_all_pdus(&mut w, chunks).await.unwrap();
             assert_eq!(w.got, want, "step {step}");
             if step == 1 << 20 {
                 // 200 PDUs, 64 per vectored write: 4 calls, not 200.
