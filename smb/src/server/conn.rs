@@ -67,13 +67,25 @@ async fn read_frame<R: AsyncReadExt + Unpin>(rd: &mut R) -> Result<Option<Vec<u8
                 let mut skip = vec![0u8; n.min(16)];
                 rd.read_exact(&mut skip).await?;
             }
-            Frame::Message(n) => {
-                let mut buf = vec![0u8; n];
-                rd.read_exact(&mut buf).await?;
-                return Ok(Some(buf));
-            }
+            Frame::Message(n) => return read_message(rd, n).await.map(Some),
         }
     }
+}
+
+/// Reads a message of `n` bytes into a new buffer without zeroing it first: an 8 MiB
+/// WRITE's `vec![0; n]` was a `memset` of 8% of a checkpoint write's samples, for
+/// bytes the socket read overwrites at once (tests/bench/RESULTS.md, step 19).
+async fn read_message<R: AsyncReadExt + Unpin>(rd: &mut R, n: usize) -> Result<Vec<u8>, ConnError> {
+    use bytes::BufMut;
+    let mut buf = Vec::with_capacity(n);
+    while buf.len() < n {
+        let left = n - buf.len();
+        // `limit` keeps the read inside the message (and the vector from growing).
+        if rd.read_buf(&mut (&mut buf).limit(left)).await? == 0 {
+            return Err(ConnError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+    }
+    Ok(buf)
 }
 
 /// Runs one connection to completion.
@@ -1709,5 +1721,45 @@ async fn close_or_keep(
             _ => o,
         };
         let _ = super::handlers::create::close_open(o).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Frames arrive whole however the socket splits them; keep-alives are skipped, and
+    /// a message cut short is an error, not a frame.
+    #[tokio::test]
+    async fn frames_are_read_whole_across_split_reads() {
+        let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let mut wire = Vec::new();
+        for m in [&b"first"[..], &big[..]] {
+            wire.extend_from_slice(&frame_header(m.len()).unwrap());
+            wire.extend_from_slice(m);
+        }
+        // A NetBIOS keep-alive (type 0x85, no length) between messages.
+        wire.extend_from_slice(&[0x85, 0, 0, 0]);
+        wire.extend_from_slice(&frame_header(3).unwrap());
+        wire.extend_from_slice(b"end");
+        let (mut tx, rx) = tokio::io::duplex(1000);
+        let writer = tokio::spawn(async move {
+            for piece in wire.chunks(777) {
+                tx.write_all(piece).await.unwrap();
+            }
+        });
+        let mut rd = BufReader::with_capacity(512, rx);
+        assert_eq!(read_frame(&mut rd).await.unwrap().unwrap(), b"first");
+        assert!(read_frame(&mut rd).await.unwrap().unwrap() == big);
+        assert_eq!(read_frame(&mut rd).await.unwrap().unwrap(), b"end");
+        writer.await.unwrap();
+        assert!(read_frame(&mut rd).await.unwrap().is_none(), "clean end");
+
+        let (mut tx, rx) = tokio::io::duplex(1000);
+        tx.write_all(&frame_header(10).unwrap()).await.unwrap();
+        tx.write_all(b"short").await.unwrap();
+        drop(tx);
+        let mut rd = BufReader::new(rx);
+        assert!(read_frame(&mut rd).await.is_err());
     }
 }
