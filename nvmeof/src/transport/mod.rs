@@ -14,9 +14,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::target::io::{IoOutcome, IoRequest};
-use crate::target::IoBuf;
-use crate::target::{IoFinished, ListenerInfo, Output, Queue, QueueIo, Target};
+use crate::target::io::IoOutcome;
+use crate::target::{IoBuf, IoFinished, ListenerInfo, Output, Queue, QueueIo, Target};
 use crate::tcp::{decode, frame_len, PduType, COMMON_HEADER_LEN};
 
 /// How often each connection checks keep-alive and controller teardown.
@@ -50,16 +49,26 @@ fn read_len(res: &std::io::Result<IoOutcome>) -> usize {
     }
 }
 
-/// Resolves when finished storage requests wait in `finished` (taking them from the
-/// queue's engine first); never while there is no engine.
-async fn poll_finished(engine: &mut Option<Box<dyn QueueIo>>, finished: &mut VecDeque<IoFinished>) {
+/// Resolves when finished storage requests wait in `finished`, moving them there first
+/// from the queue's own engine and from the channel that executor and blocking-pool
+/// requests report to.
+async fn next_finished(
+    engine: &mut Option<Box<dyn QueueIo>>,
+    reported: &mut mpsc::UnboundedReceiver<IoFinished>,
+    finished: &mut VecDeque<IoFinished>,
+) {
     std::future::poll_fn(|cx| {
-        if !finished.is_empty() {
-            return Poll::Ready(());
+        while let Poll::Ready(Some(done)) = reported.poll_recv(cx) {
+            finished.push_back(done);
         }
-        match engine.as_mut() {
-            Some(e) => e.poll_done(cx, finished),
-            None => Poll::Pending,
+        if let Some(e) = engine.as_mut() {
+            // Registers the waker for the engine's next completion when it has none.
+            let _ = e.poll_done(cx, finished);
+        }
+        if finished.is_empty() {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
         }
     })
     .await
@@ -232,10 +241,10 @@ pub async fn connection(
     let (mut rd, mut wr) = stream.into_split();
     let mut q = Queue::new(target.clone(), info, peer.to_string());
     let mut buf = BytesMut::with_capacity(RECV_BUF);
-    let (io_tx, mut io_rx) = mpsc::unbounded_channel::<(IoRequest, std::io::Result<IoOutcome>)>();
+    let (io_tx, mut io_rx) = mpsc::unbounded_channel::<IoFinished>();
     let executor = target.executor();
-    // Storage on this task's own engine when the executor offers one; requests it
-    // finished wait here until the loop takes them.
+    // Storage on this task's own engine when the executor offers one; finished
+    // requests, from it or through `io_rx`, wait here until the loop takes them.
     let mut queue_io = executor.as_ref().and_then(|e| e.queue_io());
     let mut finished: VecDeque<IoFinished> = VecDeque::new();
     let events = Arc::new(Notify::new());
@@ -284,23 +293,11 @@ pub async fn connection(
                     }
                 }
             }
-            Some((req, res)) = io_rx.recv() => {
+            _ = next_finished(&mut queue_io, &mut io_rx, &mut finished) => {
                 // Completions already waiting too, so their answers leave together; but
                 // not so many read bytes that the first answer waits on the copies of
-                // the rest (large reads stream out one by one).
-                let mut read_bytes = read_len(&res);
-                q.io_done(&req, res);
-                for _ in 1..MAX_COMPLETIONS_PER_WAKE {
-                    if read_bytes >= FLUSH_BYTES {
-                        break;
-                    }
-                    let Ok((req, res)) = io_rx.try_recv() else { break };
-                    read_bytes += read_len(&res);
-                    q.io_done(&req, res);
-                }
-            }
-            _ = poll_finished(&mut queue_io, &mut finished), if queue_io.is_some() => {
-                // As above: a bounded batch per turn; the rest stays for the next.
+                // the rest (large reads stream out one by one). The rest stays for the
+                // next turn.
                 let mut read_bytes = 0;
                 for _ in 0..MAX_COMPLETIONS_PER_WAKE {
                     if read_bytes >= FLUSH_BYTES {
@@ -342,23 +339,18 @@ pub async fn connection(
                     }
                     parts
                 }
-                Output::Io(req) if queue_io.is_some() => {
-                    if let Some(engine) = queue_io.as_mut() {
-                        engine.submit(req);
-                    }
-                    continue;
-                }
                 Output::Io(req) => {
                     let tx = io_tx.clone();
-                    match &executor {
-                        Some(e) => e.submit(
+                    match (queue_io.as_mut(), &executor) {
+                        (Some(engine), _) => engine.submit(req),
+                        (None, Some(e)) => e.submit(
                             req,
                             Box::new(move |req, res| {
                                 // The connection may be gone; then the result is moot.
                                 let _ = tx.send((req, res));
                             }),
                         ),
-                        None => {
+                        (None, None) => {
                             tokio::task::spawn_blocking(move || {
                                 let res = req.execute();
                                 let _ = tx.send((req, res));
