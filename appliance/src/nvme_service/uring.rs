@@ -250,11 +250,6 @@ impl<T> Ring<T> {
         }
     }
 
-    /// Whether operations are in the ring or waiting for room.
-    pub(super) fn busy(&self) -> bool {
-        !self.inflight.is_empty() || !self.backlog.is_empty()
-    }
-
     /// Whether operations wait for room in the ring.
     pub(super) fn waiting(&self) -> bool {
         !self.backlog.is_empty()
@@ -416,7 +411,7 @@ impl RingThread {
         loop {
             self.take_jobs();
             self.ring.fill();
-            if self.closed && !self.ring.busy() {
+            if self.closed && !self.ring.in_flight() && !self.ring.waiting() {
                 return;
             }
             if let Err(e) = self.ring.ring.submit_and_wait(1) {

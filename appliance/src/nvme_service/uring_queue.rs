@@ -37,14 +37,13 @@ pub const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 /// A queue's ring, its completion eventfd and the blocking pool for what the ring
 /// does not take.
 pub struct UringQueue {
-    /// `None` only while being dropped.
+    /// `None` once the ring failed (everything then goes to the blocking pool), and
+    /// while being dropped.
     ring: Option<Ring<()>>,
     signal: AsyncFd<OwnedFd>,
     blocking: tokio::runtime::Handle,
     from_pool_tx: mpsc::UnboundedSender<IoFinished>,
     from_pool: mpsc::UnboundedReceiver<IoFinished>,
-    /// Set when the ring failed: everything goes to the blocking pool from then on.
-    broken: bool,
 }
 
 impl UringQueue {
@@ -65,7 +64,6 @@ impl UringQueue {
             blocking,
             from_pool_tx,
             from_pool,
-            broken: false,
         })
     }
 
@@ -117,7 +115,6 @@ impl UringQueue {
     /// and everything after go to the blocking pool.
     fn break_ring(&mut self, e: &io::Error, out: &mut VecDeque<IoFinished>) {
         tracing::error!(error = %e, "io_uring submit failed; this queue's I/O falls back to threads");
-        self.broken = true;
         if let Some(mut ring) = self.ring.take() {
             let (failed, waiting) = ring.fail_all(e);
             out.extend(failed.into_iter().map(|(req, (), res)| (req, res)));
@@ -132,9 +129,8 @@ impl UringQueue {
 
 impl QueueIo for UringQueue {
     fn submit(&mut self, req: IoRequest) {
-        let ring = match self.ring.as_mut() {
-            Some(r) if !self.broken => r,
-            _ => return self.to_pool(req),
+        let Some(ring) = self.ring.as_mut() else {
+            return self.to_pool(req);
         };
         match plan(req, ()) {
             Planned::Ring(op) => ring.enqueue(op),
@@ -269,6 +265,23 @@ mod tests {
         }
     }
 
+    /// A queue ring on this runtime and a volume of `size` bytes in a temp dir (kept
+    /// alive by the returned guard), with the ring's completion counter.
+    fn queue_on_volume(
+        size: u64,
+    ) -> (
+        tempfile::TempDir,
+        Arc<FileDevice>,
+        Arc<AtomicU64>,
+        UringQueue,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, dev) = test_volume(dir.path(), size);
+        let completed = Arc::new(AtomicU64::new(0));
+        let q = UringQueue::new(tokio::runtime::Handle::current(), completed.clone()).unwrap();
+        (dir, Arc::new(dev), completed, q)
+    }
+
     /// Flushes, then collects `n` finished requests, as the transport's loop does.
     async fn finish(q: &mut UringQueue, n: usize) -> Vec<IoFinished> {
         q.flush();
@@ -281,11 +294,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_queue_ring_reads_and_writes_on_its_own_task_and_sends_the_rest_to_the_pool() {
-        let dir = tempfile::tempdir().unwrap();
-        let (_, dev) = test_volume(dir.path(), 4 << 20);
-        let dev = Arc::new(dev);
-        let completed = Arc::new(AtomicU64::new(0));
-        let mut q = UringQueue::new(tokio::runtime::Handle::current(), completed.clone()).unwrap();
+        let (_dir, dev, completed, mut q) = queue_on_volume(4 << 20);
 
         // Aligned (direct on ext4) and unaligned (buffered) writes, then a flush, which
         // the ring does not take, all in one turn.
@@ -343,11 +352,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn more_requests_than_the_ring_holds_all_complete_and_a_dropped_queue_drains() {
-        let dir = tempfile::tempdir().unwrap();
-        let (_, dev) = test_volume(dir.path(), 8 << 20);
-        let dev = Arc::new(dev);
-        let completed = Arc::new(AtomicU64::new(0));
-        let mut q = UringQueue::new(tokio::runtime::Handle::current(), completed.clone()).unwrap();
+        let (_dir, dev, completed, mut q) = queue_on_volume(8 << 20);
         let n = RING_ENTRIES as usize * 2 + 3;
         for i in 0..n {
             let block = (i % 2048) as u64;
