@@ -886,11 +886,18 @@ impl Queue {
         }
         self.inflight.remove(&cid);
         let cqe = self.cqe(cid, Status::SUCCESS, 0, 0);
-        let success_flag = self.sqflow_disabled;
+        let (head, tail) = self.c2h_pieces(&cqe, &data, self.sqflow_disabled);
+        self.out.push_back(Output::SendData { head, data, tail });
+    }
+
+    /// A successful TCP answer with `data` as two pieces around the data: the C2HData
+    /// up to its data, then its data digest and the CapsuleResp (left out when the
+    /// C2HData's SUCCESS flag, `success_flag`, stands for it).
+    fn c2h_pieces(&self, cqe: &Cqe, data: &[u8], success_flag: bool) -> (Vec<u8>, Vec<u8>) {
         let mut head = Vec::with_capacity(32);
         let digested = tcp::encode_c2h_data_head(
             &mut head,
-            cid,
+            cqe.cid,
             0,
             data.len(),
             true,
@@ -900,12 +907,12 @@ impl Queue {
         );
         let mut tail = Vec::new();
         if digested {
-            tail.extend_from_slice(&tcp::data_digest(&data));
+            tail.extend_from_slice(&tcp::data_digest(data));
         }
         if !success_flag {
-            tcp::encode_capsule_resp(&mut tail, &cqe, self.digests);
+            tcp::encode_capsule_resp(&mut tail, cqe, self.digests);
         }
-        self.out.push_back(Output::SendData { head, data, tail });
+        (head, tail)
     }
 
     /// The completion entry of `cid` as this queue reports it.
@@ -960,24 +967,15 @@ impl Queue {
             });
             return;
         }
-        let mut b = Vec::with_capacity(data.len() + 64);
-        let success_flag =
-            self.sqflow_disabled && status.is_success() && dw0 == 0 && dw1 == 0 && !data.is_empty();
-        if !data.is_empty() && status.is_success() {
-            tcp::encode_c2h_data(
-                &mut b,
-                cid,
-                0,
-                data,
-                true,
-                success_flag,
-                self.digests,
-                self.hpda,
-            );
-        }
-        if !success_flag {
+        let b = if !data.is_empty() && status.is_success() {
+            let success_flag = self.sqflow_disabled && dw0 == 0 && dw1 == 0;
+            let (head, tail) = self.c2h_pieces(&cqe, data, success_flag);
+            [&head[..], data, &tail[..]].concat()
+        } else {
+            let mut b = Vec::with_capacity(64);
             tcp::encode_capsule_resp(&mut b, &cqe, self.digests);
-        }
+            b
+        };
         self.out.push_back(Output::Send(b));
     }
 

@@ -16,9 +16,15 @@ fn encode_pdu(
     align: u8,
 ) {
     let digested = encode_pdu_head(out, ty, extra_flags, specific, data.len(), digests, align);
+    append_data(out, data, digested);
+}
+
+/// Appends a PDU's data after its head, and its data digest when the head says one
+/// follows.
+fn append_data(out: &mut Vec<u8>, data: &[u8], digested: bool) {
     out.extend_from_slice(data);
     if digested {
-        out.extend_from_slice(&crc32c_digest(data).to_le_bytes());
+        out.extend_from_slice(&data_digest(data));
     }
 }
 
@@ -182,10 +188,7 @@ pub fn encode_c2h_data(
 ) {
     let digested =
         encode_c2h_data_head(out, cccid, datao, data.len(), last, success, digests, hpda);
-    out.extend_from_slice(data);
-    if digested {
-        out.extend_from_slice(&crc32c_digest(data).to_le_bytes());
-    }
+    append_data(out, data, digested);
 }
 
 /// What [`encode_c2h_data`] writes before the data, for a read answered from its own
