@@ -13,7 +13,7 @@ use crate::proto::HEADER_LEN;
 pub const HEADROOM: usize = TRANSFORM_LEN + HEADER_LEN;
 /// Alignment of a READ's data in its buffer: the data's address is congruent to its
 /// file offset modulo this, so a storage backend can read a large READ's block-aligned
-/// middle with `O_DIRECT` straight into the response (see [`read_start`]).
+/// middle with `O_DIRECT` straight into the response (see [`BufPool::take_read`]).
 pub const DATA_ALIGN: usize = 4096;
 /// Buffers kept for reuse; more are freed on return. Bounds the pool's memory to this
 /// many times the largest pooled buffer.
@@ -25,8 +25,8 @@ const MAX_POOLED_LEN: usize = HEADROOM + 16 + super::MAX_IO_SIZE as usize + DATA
 /// Where a READ response starts in `buf` so that its data, `fixed` bytes after the start,
 /// sits at an address congruent to `file_offset` modulo [`DATA_ALIGN`], with at least
 /// [`HEADROOM`] bytes in front. The buffer needs `DATA_ALIGN - 1` bytes of room beyond
-/// the response for the shift.
-pub fn read_start(buf: &[u8], fixed: usize, file_offset: u64) -> usize {
+/// the response for the shift ([`BufPool::take_read`] takes both together).
+fn read_start(buf: &[u8], fixed: usize, file_offset: u64) -> usize {
     let natural = (buf.as_ptr() as usize).wrapping_add(HEADROOM + fixed) % DATA_ALIGN;
     let wanted = (file_offset % DATA_ALIGN as u64) as usize;
     HEADROOM + (wanted + DATA_ALIGN - natural) % DATA_ALIGN
@@ -99,6 +99,15 @@ impl BufPool {
         reused.unwrap_or_else(|| vec![0; size_class(len)])
     }
 
+    /// A buffer for a READ response of `fixed` bytes plus `len` bytes of data read at
+    /// `file_offset`, and where the response starts in it: the data sits at an address
+    /// aligned as its file offset is (`read_start`), with [`HEADROOM`] in front.
+    pub fn take_read(&self, fixed: usize, len: usize, file_offset: u64) -> (Vec<u8>, usize) {
+        let buf = self.take(HEADROOM + fixed + len + DATA_ALIGN - 1);
+        let start = read_start(&buf, fixed, file_offset);
+        (buf, start)
+    }
+
     /// Returns a buffer for reuse. Oversized buffers are dropped; when the pool is full, a
     /// longer buffer takes the place of the shortest one (large READs keep finding room).
     pub fn give(&self, buf: Vec<u8>) {
@@ -148,8 +157,7 @@ mod tests {
         let pool = BufPool::default();
         for (len, offset) in [(100, 0u64), (1 << 20, 4096), (1 << 20, 4095), (8 << 20, 77)] {
             let fixed = 16;
-            let buf = pool.take(HEADROOM + fixed + len + DATA_ALIGN - 1);
-            let start = read_start(&buf, fixed, offset);
+            let (buf, start) = pool.take_read(fixed, len, offset);
             assert!(start >= HEADROOM);
             assert!(start + fixed + len <= buf.len(), "fits: {len} at {offset}");
             let data = buf.as_ptr() as usize + start + fixed;

@@ -7,7 +7,7 @@ use crate::proto::io::{
 };
 use crate::proto::session::encode_empty_response;
 use crate::proto::{status, FileId};
-use crate::server::bufpool::{read_start, OutBuf, DATA_ALIGN, HEADROOM};
+use crate::server::bufpool::OutBuf;
 use crate::server::pending::Wait;
 use crate::share_mode::{LockError, LockPlan};
 use std::sync::atomic::Ordering;
@@ -54,12 +54,9 @@ pub async fn read(conn: &mut Connection, ctx: &mut Ctx<'_>, req: ReadRequest) ->
     let work = async move {
         // The body is read into a pooled buffer behind room for the headers, so the
         // response is finished in place (see `bufpool`).
-        // The data sits at an address aligned as its file offset is (`read_start`), so
+        // The data sits at an address aligned as its file offset is (`take_read`), so
         // the storage may read a large READ's middle with O_DIRECT in place.
-        let mut buf = shared
-            .bufs()
-            .take(HEADROOM + READ_RESPONSE_FIXED + len + DATA_ALIGN - 1);
-        let start = read_start(&buf, READ_RESPONSE_FIXED, offset);
+        let (mut buf, start) = shared.bufs().take_read(READ_RESPONSE_FIXED, len, offset);
         let data_at = start + READ_RESPONSE_FIXED;
         let mut fixed = Vec::with_capacity(READ_RESPONSE_FIXED);
         encode_read_response_fixed(&mut fixed, 0);
