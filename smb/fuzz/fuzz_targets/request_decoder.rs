@@ -1,8 +1,8 @@
 //! Feeds arbitrary bytes to every decoder a network client can reach before authentication
-//! succeeds or after: framing header, SMB1 NEGOTIATE upgrade, transform header, compound
-//! split, each command's request body (OPLOCK_BREAK acknowledgments included), and the
-//! SET_INFO / IOCTL / CREATE payload parsers (the lease and durable-handle create contexts
-//! among them).
+//! succeeds or after: framing header, the placement of a large message's WRITE data, SMB1
+//! NEGOTIATE upgrade, transform header, compound split, each command's request body
+//! (OPLOCK_BREAK acknowledgments included), and the SET_INFO / IOCTL / CREATE payload
+//! parsers (the lease and durable-handle create contexts among them).
 //! Any panic, overflow or out-of-bounds access is a bug. Seeds: `smb/fuzz/seeds/` (messages
 //! captured from smbclient, impacket and smbprotocol against quarry).
 #![no_main]
@@ -12,6 +12,7 @@ use quarry_smb::proto::create::decode_create_contexts;
 use quarry_smb::proto::durable::{decode_reconnect, DurableReconnectV2, DurableRequestV2};
 use quarry_smb::proto::framing::parse_frame_header;
 use quarry_smb::proto::info::{BasicInfo, RenameInfo};
+use quarry_smb::proto::io::write_data_placement;
 use quarry_smb::proto::ioctl::ValidateNegotiateInfo;
 use quarry_smb::proto::oplock::{LeaseRequest, CTX_LEASE};
 use quarry_smb::proto::request::split_compound;
@@ -22,6 +23,7 @@ fuzz_target!(|data: &[u8]| {
     if let Some(h) = data.get(..4) {
         let _ = parse_frame_header([h[0], h[1], h[2], h[3]]);
     }
+    let _ = write_data_placement(data);
     if smb1::is_smb1(data) {
         let _ = smb1::parse_negotiate(data);
         return;

@@ -3,7 +3,7 @@
 
 use super::header::HEADER_LEN;
 use super::wire::{slice_at, Put, Reader};
-use super::{FileId, ProtoError};
+use super::{Command, FileId, ProtoError};
 
 /// Offset of READ response data from the header start (header + 16-byte fixed part).
 pub const READ_DATA_OFFSET: usize = HEADER_LEN + 16;
@@ -283,6 +283,36 @@ pub fn encode_buffer_response(out: &mut Vec<u8>, data: &[u8]) {
     }
 }
 
+/// Bytes of a received message [`write_data_placement`] looks at: an SMB2 header and the
+/// fixed part of a WRITE request (where a WRITE's data starts when it follows at once).
+pub const WRITE_PLACEMENT_PREFIX: usize = HEADER_LEN + 48;
+
+/// Where a received message's payload is and which file offset it is for, judged from
+/// its first bytes (`prefix`, up to [`WRITE_PLACEMENT_PREFIX`] of them): a plain WRITE's data
+/// offset and file offset; for an encrypted message (whose request cannot be read yet)
+/// the data offset of a lone WRITE behind the transform header, for an aligned file
+/// offset (checkpoints write whole MiBs); `(0, 0)` for anything else. A guess only ever
+/// costs a copy later, never correctness.
+pub fn write_data_placement(prefix: &[u8]) -> (usize, u64) {
+    if crate::proto::transform::is_transform(prefix) {
+        return (
+            crate::proto::transform::TRANSFORM_LEN + WRITE_PLACEMENT_PREFIX,
+            0,
+        );
+    }
+    let field = |at: usize, n: usize| prefix.get(at..at + n);
+    let le16 = |at| field(at, 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    let is_write = prefix.starts_with(&crate::proto::header::SMB2_MAGIC)
+        && le16(12) == Some(Command::Write as u16)
+        && le16(HEADER_LEN) == Some(49);
+    let data = le16(HEADER_LEN + 2);
+    let offset = field(HEADER_LEN + 8, 8).and_then(|b| b.try_into().ok());
+    match (is_write, data, offset) {
+        (true, Some(data), Some(offset)) => (usize::from(data), u64::from_le_bytes(offset)),
+        _ => (0, 0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,6 +337,36 @@ mod tests {
         let mut out = Vec::new();
         encode_read_response_fixed(&mut out, 3);
         assert_eq!(hex::encode(out), "11005000030000000000000000000000");
+    }
+
+    #[test]
+    fn write_placement_reads_a_plain_write_and_guesses_for_a_sealed_one() {
+        let mut m = Vec::new();
+        crate::proto::Header {
+            command: Command::Write as u16,
+            ..Default::default()
+        }
+        .encode(&mut m);
+        WriteRequest {
+            offset: 0x1234_5678_9abc,
+            file_id: FileId::default(),
+            flags: 0,
+            data: b"data",
+        }
+        .encode(&mut m);
+        let data_at =
+            WriteRequest::decode(&m).unwrap().data.as_ptr() as usize - m.as_ptr() as usize;
+        let placed = write_data_placement(&m[..WRITE_PLACEMENT_PREFIX]);
+        assert_eq!(placed, (data_at, 0x1234_5678_9abc));
+        // Too short to hold the offset, another command, another magic: no placement.
+        assert_eq!(write_data_placement(&m[..HEADER_LEN + 8]), (0, 0));
+        let mut read = m.clone();
+        read[12] = Command::Read as u8;
+        assert_eq!(write_data_placement(&read), (0, 0));
+        assert_eq!(write_data_placement(b"junk"), (0, 0));
+        let sealed = crate::proto::transform::TRANSFORM_MAGIC;
+        let lead = crate::proto::transform::TRANSFORM_LEN + WRITE_PLACEMENT_PREFIX;
+        assert_eq!(write_data_placement(&sealed), (lead, 0));
     }
 
     #[test]

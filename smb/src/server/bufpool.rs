@@ -3,9 +3,19 @@
 //! A pooled buffer is read into at [`HEADROOM`], so the SMB2 header (and the transform
 //! header when sealing) is written in front of the data in place, and the writer hands the
 //! buffer back once it is on the socket.
+//!
+//! Large received messages (WRITEs) come from the same pool as [`Received`] buffers: a
+//! fresh 8 MiB allocation per WRITE page-faults every page of it (7% of a signed
+//! checkpoint write's samples), and its data, at an arbitrary address, had to be copied
+//! into an aligned bounce buffer before an `O_DIRECT` write (15%). A pooled buffer stays
+//! faulted in, and the message is placed in it so that a WRITE's data sits at an address
+//! aligned as its file offset is
+//! ([`crate::proto::io::write_data_placement`]).
 
-use std::sync::Mutex;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex};
 
+use crate::proto::framing::MAX_FRAME_LEN;
 use crate::proto::transform::TRANSFORM_LEN;
 use crate::proto::HEADER_LEN;
 
@@ -18,18 +28,93 @@ pub const DATA_ALIGN: usize = 4096;
 /// Buffers kept for reuse; more are freed on return. Bounds the pool's memory to this
 /// many times the largest pooled buffer.
 const MAX_POOLED: usize = 16;
-/// Largest buffer kept: a full-size READ response with its headroom and the room
-/// [`read_start`] may shift it by.
-const MAX_POOLED_LEN: usize = HEADROOM + 16 + super::MAX_IO_SIZE as usize + DATA_ALIGN;
+/// Largest buffer kept: a full-size READ response with its headroom, or the largest
+/// received frame, with the room [`aligned_start`] may shift either by.
+const MAX_POOLED_LEN: usize =
+    max(HEADROOM + 16 + super::MAX_IO_SIZE as usize, MAX_FRAME_LEN) + DATA_ALIGN;
+/// Received messages at least this long are read into pooled buffers; shorter ones are
+/// cheap to allocate and would only crowd large buffers out of the pool.
+pub const POOLED_RECEIVE_MIN: usize = 64 << 10;
+const fn max(a: usize, b: usize) -> usize {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
 
-/// Where a READ response starts in `buf` so that its data, `fixed` bytes after the start,
-/// sits at an address congruent to `file_offset` modulo [`DATA_ALIGN`], with at least
-/// [`HEADROOM`] bytes in front. The buffer needs `DATA_ALIGN - 1` bytes of room beyond
-/// the response for the shift ([`BufPool::take_read`] takes both together).
-fn read_start(buf: &[u8], fixed: usize, file_offset: u64) -> usize {
-    let natural = (buf.as_ptr() as usize).wrapping_add(HEADROOM + fixed) % DATA_ALIGN;
+/// Where a message starts in `buf`: at least `front` bytes in, shifted (by less than
+/// [`DATA_ALIGN`]) so that the byte `lead` bytes after the start sits at an address
+/// congruent to `file_offset` modulo [`DATA_ALIGN`]. The buffer needs `DATA_ALIGN - 1`
+/// bytes of room beyond the message for the shift.
+fn aligned_start(buf: &[u8], front: usize, lead: usize, file_offset: u64) -> usize {
+    let natural = (buf.as_ptr() as usize).wrapping_add(front + lead) % DATA_ALIGN;
     let wanted = (file_offset % DATA_ALIGN as u64) as usize;
-    HEADROOM + (wanted + DATA_ALIGN - natural) % DATA_ALIGN
+    front + (wanted + DATA_ALIGN - natural) % DATA_ALIGN
+}
+
+/// A received message: `buf[start..end]`. A pooled buffer goes back to its pool when
+/// the message is dropped (after the deferred WRITE that holds it has written).
+#[derive(Debug)]
+pub struct Received {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    pool: Option<Arc<BufPool>>,
+}
+
+impl Received {
+    /// A message `len` bytes long in a buffer from `pool`, placed so that the byte `lead`
+    /// bytes in sits at an address aligned as `file_offset` is; its bytes are unspecified
+    /// until the caller fills them.
+    pub fn pooled(pool: &Arc<BufPool>, len: usize, lead: usize, file_offset: u64) -> Received {
+        let buf = pool.take(len + DATA_ALIGN - 1);
+        let start = aligned_start(&buf, 0, lead, file_offset);
+        Received {
+            buf,
+            start,
+            end: start + len,
+            pool: Some(pool.clone()),
+        }
+    }
+
+    /// Drops the first `n` bytes (a transform header) from the message.
+    pub fn skip_front(&mut self, n: usize) {
+        self.start = self.start.saturating_add(n).min(self.end);
+    }
+}
+
+impl From<Vec<u8>> for Received {
+    fn from(buf: Vec<u8>) -> Received {
+        let end = buf.len();
+        Received {
+            buf,
+            start: 0,
+            end,
+            pool: None,
+        }
+    }
+}
+
+impl Deref for Received {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.buf.get(self.start..self.end).unwrap_or(&[])
+    }
+}
+
+impl DerefMut for Received {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.buf.get_mut(self.start..self.end).unwrap_or(&mut [])
+    }
+}
+
+impl Drop for Received {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            pool.give(std::mem::take(&mut self.buf));
+        }
+    }
 }
 
 /// A response being built in a buffer: the message occupies `buf[start..end]`, with at
@@ -101,10 +186,10 @@ impl BufPool {
 
     /// A buffer for a READ response of `fixed` bytes plus `len` bytes of data read at
     /// `file_offset`, and where the response starts in it: the data sits at an address
-    /// aligned as its file offset is (`read_start`), with [`HEADROOM`] in front.
+    /// aligned as its file offset is (`aligned_start`), with [`HEADROOM`] in front.
     pub fn take_read(&self, fixed: usize, len: usize, file_offset: u64) -> (Vec<u8>, usize) {
         let buf = self.take(HEADROOM + fixed + len + DATA_ALIGN - 1);
-        let start = read_start(&buf, fixed, file_offset);
+        let start = aligned_start(&buf, HEADROOM, fixed, file_offset);
         (buf, start)
     }
 

@@ -181,7 +181,7 @@ pub struct ElementCheck {
 /// A request frame a channel hands to the session's owner.
 pub struct Forward {
     /// The plaintext message (transform header removed).
-    pub frame: Arc<Vec<u8>>,
+    pub frame: Arc<super::bufpool::Received>,
     /// The frame arrived encrypted for this session.
     pub encrypted_by: Option<u64>,
     /// Per element, in order.

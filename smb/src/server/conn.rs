@@ -14,11 +14,12 @@ use tokio_util::sync::CancellationToken;
 use crate::crypto::PreauthHash;
 use crate::proto::framing::{frame_header, parse_frame_header, Frame, FRAME_HEADER_LEN};
 use crate::proto::header::{FLAG_ASYNC_COMMAND, FLAG_SERVER_TO_REDIR, FLAG_SIGNED};
+use crate::proto::io::{write_data_placement, WRITE_PLACEMENT_PREFIX};
 use crate::proto::request::{request_file_id, split_compound};
 use crate::proto::transform::{is_transform, TransformHeader, TRANSFORM_LEN};
 use crate::proto::{smb1, status, Command, FileId, Header, HEADER_LEN};
 
-use super::bufpool::OutBuf;
+use super::bufpool::{BufPool, OutBuf, Received, POOLED_RECEIVE_MIN};
 use super::channel::{Channel, ElementCheck, Forward, Inbound, Signature, Via};
 use super::credits::CreditWindow;
 use super::dispatch::{self, Ctx, Deferred, PreauthTarget, Reply};
@@ -53,8 +54,12 @@ fn violation(what: impl Into<String>) -> ConnError {
     ConnError::Protocol(what.into())
 }
 
-/// Reads one framed message; `Ok(None)` on a clean EOF.
-async fn read_frame<R: AsyncReadExt + Unpin>(rd: &mut R) -> Result<Option<Vec<u8>>, ConnError> {
+/// Reads one framed message; `Ok(None)` on a clean EOF. Large messages go into buffers
+/// from `pool` (see [`Received`]).
+async fn read_frame<R: AsyncReadExt + Unpin>(
+    rd: &mut R,
+    pool: &Arc<BufPool>,
+) -> Result<Option<Received>, ConnError> {
     loop {
         let mut h = [0u8; FRAME_HEADER_LEN];
         match rd.read_exact(&mut h).await {
@@ -67,9 +72,32 @@ async fn read_frame<R: AsyncReadExt + Unpin>(rd: &mut R) -> Result<Option<Vec<u8
                 let mut skip = vec![0u8; n.min(16)];
                 rd.read_exact(&mut skip).await?;
             }
-            Frame::Message(n) => return read_message(rd, n).await.map(Some),
+            Frame::Message(n) if n >= POOLED_RECEIVE_MIN => {
+                return read_pooled_message(rd, n, pool).await.map(Some)
+            }
+            Frame::Message(n) => return read_message(rd, n).await.map(|m| Some(m.into())),
         }
     }
+}
+
+/// Reads a large message of `n` bytes into a pooled buffer, placed from its first bytes
+/// so that a WRITE's data lands at an address aligned as its file offset is
+/// ([`write_data_placement`]): the storage backend can then write it with `O_DIRECT`
+/// as it is, and the buffer is already faulted in.
+async fn read_pooled_message<R: AsyncReadExt + Unpin>(
+    rd: &mut R,
+    n: usize,
+    pool: &Arc<BufPool>,
+) -> Result<Received, ConnError> {
+    let mut prefix = [0u8; WRITE_PLACEMENT_PREFIX];
+    let prefix = &mut prefix[..WRITE_PLACEMENT_PREFIX.min(n)];
+    rd.read_exact(prefix).await?;
+    let (lead, file_offset) = write_data_placement(prefix);
+    let mut msg = Received::pooled(pool, n, lead, file_offset);
+    let (head, rest) = msg.split_at_mut(prefix.len());
+    head.copy_from_slice(prefix);
+    rd.read_exact(rest).await?;
+    Ok(msg)
 }
 
 /// Reads a message of `n` bytes into a new buffer without zeroing it first: an 8 MiB
@@ -135,9 +163,10 @@ pub async fn run_connection(
     let _closed = conn.closed.clone().drop_guard();
     let (tx, rx) = tokio::sync::mpsc::channel(FRAME_QUEUE);
     let counted = traffic.clone();
+    let pool = conn.shared.bufs().clone();
     let reader = tokio::spawn(async move {
         loop {
-            let r = read_frame(&mut rd).await;
+            let r = read_frame(&mut rd, &pool).await;
             if let Ok(Some(f)) = &r {
                 counted
                     .received
@@ -203,7 +232,7 @@ const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Responses written to the socket in one vectored write at most.
 const WRITE_BATCH: usize = 16;
 
-type FrameRx = tokio::sync::mpsc::Receiver<Result<Option<Vec<u8>>, ConnError>>;
+type FrameRx = tokio::sync::mpsc::Receiver<Result<Option<Received>, ConnError>>;
 
 /// A response on its way to the socket, holding its share of the in-flight budget.
 pub type Outgoing = (OutBuf, Option<tokio::sync::OwnedSemaphorePermit>);
@@ -563,7 +592,7 @@ struct Chain {
 impl Connection {
     /// Processes one received frame; returns the response messages (unframed) to send now
     /// and, for a lone READ or WRITE, the job that finishes its response off this task.
-    pub async fn process(&mut self, mut frame: Vec<u8>) -> Result<Processed, ConnError> {
+    pub async fn process(&mut self, mut frame: Received) -> Result<Processed, ConnError> {
         if smb1::is_smb1(&frame) {
             return Ok(Processed {
                 msgs: vec![self.smb1_negotiate(&frame)?],
@@ -610,7 +639,7 @@ impl Connection {
                     Some(Channel::Bound { .. })
                 )
             {
-                frame.drain(..plain_start);
+                frame.skip_front(plain_start);
                 return self.forward(frame, encrypted_by, target).await;
             }
         }
@@ -625,7 +654,7 @@ impl Connection {
     /// connections may each be a channel of the other's session).
     async fn forward(
         &mut self,
-        frame: Vec<u8>,
+        frame: Received,
         encrypted_by: Option<u64>,
         session_id: u64,
     ) -> Result<Processed, ConnError> {
@@ -1006,7 +1035,7 @@ impl Connection {
     /// checked signatures, and its key signs the answers.
     pub async fn process_plain(
         &mut self,
-        frame: Arc<Vec<u8>>,
+        frame: Arc<Received>,
         plain_start: usize,
         encrypted_by: Option<u64>,
         via: Option<(&[ElementCheck], Arc<Via>)>,
@@ -1521,7 +1550,7 @@ impl Connection {
         related: bool,
         chain: &Chain,
         encrypted_by: Option<u64>,
-        lone_frame: Option<&Arc<Vec<u8>>>,
+        lone_frame: Option<&Arc<Received>>,
         channel_signature: Option<Signature>,
     ) -> (Reply, bool) {
         if let (true, Some(st)) = (related, chain.create_error) {
@@ -1749,17 +1778,80 @@ mod tests {
             }
         });
         let mut rd = BufReader::with_capacity(512, rx);
-        assert_eq!(read_frame(&mut rd).await.unwrap().unwrap(), b"first");
-        assert!(read_frame(&mut rd).await.unwrap().unwrap() == big);
-        assert_eq!(read_frame(&mut rd).await.unwrap().unwrap(), b"end");
+        let pool = Arc::new(BufPool::default());
+        let first = read_frame(&mut rd, &pool).await.unwrap().unwrap();
+        assert_eq!(&*first, b"first");
+        assert!(*read_frame(&mut rd, &pool).await.unwrap().unwrap() == big[..]);
+        assert_eq!(&*read_frame(&mut rd, &pool).await.unwrap().unwrap(), b"end");
         writer.await.unwrap();
-        assert!(read_frame(&mut rd).await.unwrap().is_none(), "clean end");
+        assert!(
+            read_frame(&mut rd, &pool).await.unwrap().is_none(),
+            "clean end"
+        );
 
-        let (mut tx, rx) = tokio::io::duplex(1000);
-        tx.write_all(&frame_header(10).unwrap()).await.unwrap();
-        tx.write_all(b"short").await.unwrap();
-        drop(tx);
-        let mut rd = BufReader::new(rx);
-        assert!(read_frame(&mut rd).await.is_err());
+        for cut in [10, POOLED_RECEIVE_MIN + 10] {
+            let (mut tx, rx) = tokio::io::duplex(1000);
+            tx.write_all(&frame_header(cut).unwrap()).await.unwrap();
+            tx.write_all(b"short").await.unwrap();
+            drop(tx);
+            let mut rd = BufReader::new(rx);
+            assert!(read_frame(&mut rd, &pool).await.is_err(), "{cut} cut short");
+        }
+    }
+
+    /// A large WRITE is read into a pooled buffer with its data at an address aligned as
+    /// its file offset is (plain), or aligned for a lone WRITE behind a transform header
+    /// (encrypted); the buffer goes back to the pool when the message is dropped.
+    #[tokio::test]
+    async fn large_writes_land_aligned_in_pooled_buffers() {
+        use crate::proto::io::WriteRequest;
+        use crate::server::bufpool::DATA_ALIGN;
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+        let pool = Arc::new(BufPool::default());
+        for file_offset in [0u64, 8 << 20, (1 << 20) + 513] {
+            let mut msg = Vec::new();
+            Header {
+                command: Command::Write as u16,
+                ..Default::default()
+            }
+            .encode(&mut msg);
+            WriteRequest {
+                offset: file_offset,
+                file_id: FileId::default(),
+                flags: 0,
+                data: &data,
+            }
+            .encode(&mut msg);
+            let mut wire = frame_header(msg.len()).unwrap().to_vec();
+            wire.extend_from_slice(&msg);
+            let mut rd = BufReader::new(&wire[..]);
+            let got = read_frame(&mut rd, &pool).await.unwrap().unwrap();
+            assert!(*got == msg[..]);
+            let req = WriteRequest::decode(&got).unwrap();
+            assert_eq!(req.data, &data[..]);
+            let at = req.data.as_ptr() as usize % DATA_ALIGN;
+            assert_eq!(
+                at as u64,
+                file_offset % DATA_ALIGN as u64,
+                "at {file_offset}"
+            );
+            let buffer = got.as_ptr();
+            drop(got);
+            let again = pool.take(1);
+            assert!(again.as_ptr() <= buffer, "back in the pool");
+            assert!(buffer < again.as_ptr().wrapping_add(again.len()));
+            pool.give(again);
+        }
+        let mut sealed = crate::proto::transform::TRANSFORM_MAGIC.to_vec();
+        sealed.resize(POOLED_RECEIVE_MIN + 1000, 7);
+        let mut wire = frame_header(sealed.len()).unwrap().to_vec();
+        wire.extend_from_slice(&sealed);
+        let got = read_frame(&mut BufReader::new(&wire[..]), &pool)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(*got == sealed[..]);
+        let data_at = got.as_ptr() as usize + TRANSFORM_LEN + WRITE_PLACEMENT_PREFIX;
+        assert_eq!(data_at % DATA_ALIGN, 0);
     }
 }

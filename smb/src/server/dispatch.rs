@@ -125,7 +125,7 @@ pub struct Ctx<'a> {
     pub deferrable: bool,
     /// The received frame `msg` lies in, when the request stands alone: a deferred WRITE
     /// keeps it alive and writes its data from it without a copy.
-    pub frame: Option<std::sync::Arc<Vec<u8>>>,
+    pub frame: Option<std::sync::Arc<super::bufpool::Received>>,
 }
 
 impl Ctx<'_> {

@@ -239,7 +239,7 @@ impl ShareState {
 #[derive(Default)]
 pub struct SharedState {
     shares: Mutex<HashMap<String, Arc<ShareState>>>,
-    bufs: super::bufpool::BufPool,
+    bufs: Arc<super::bufpool::BufPool>,
     /// Last FileId handed out. Server-wide, not per connection: share-mode entries and
     /// byte-range locks of every connection live in the same per-share tables, keyed by
     /// the open's volatile id, so two connections must never use the same id.
@@ -255,8 +255,8 @@ pub struct SharedState {
 }
 
 impl SharedState {
-    /// The server's pool of READ response buffers.
-    pub fn bufs(&self) -> &super::bufpool::BufPool {
+    /// The server's pool of READ response and large received-message buffers.
+    pub fn bufs(&self) -> &Arc<super::bufpool::BufPool> {
         &self.bufs
     }
 

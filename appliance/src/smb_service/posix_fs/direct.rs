@@ -6,10 +6,11 @@
 //! more than all the SMB work around it; the same bytes written with `O_DIRECT` cost about
 //! 0.07 s/GiB of kernel time (tests/bench/RESULTS.md, step 5). So a write of at least
 //! [`DIRECT_MIN`] bytes sends its 4 KiB-aligned middle through a second descriptor of the
-//! same open file opened with `O_DIRECT`, from a pooled aligned bounce buffer (the payload
-//! sits at an arbitrary offset in the received frame; one user-space copy into a buffer
-//! that stays faulted in is far cheaper than the page-cache path), and writes the unaligned
-//! head and tail through the ordinary descriptor. The kernel keeps the two coherent: a
+//! same open file opened with `O_DIRECT`: straight from the caller's memory when that is
+//! aligned as the file offset is (the SMB server places large WRITEs so), else from a
+//! pooled aligned bounce buffer (one user-space copy into a buffer that stays faulted in
+//! is still far cheaper than the page-cache path). The unaligned head and tail go through
+//! the ordinary descriptor. The kernel keeps the two coherent: a
 //! direct write flushes and invalidates cached pages of its range.
 //!
 //! Reads are the same story in reverse: a cold buffered read has the device fill page
@@ -50,6 +51,8 @@ static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 thread_local! {
     /// Direct read calls made on this thread: lets a test tell which path its reads took.
     pub(crate) static DIRECT_READS_ON_THIS_THREAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Direct writes made from the caller's memory, without a bounce copy, on this thread.
+    static UNCOPIED_DIRECT_WRITES_ON_THIS_THREAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// The `O_DIRECT` side of one open: its descriptors, each opened on first use.
@@ -154,8 +157,14 @@ fn descriptor<'a>(slot: &'a OnceLock<Option<File>>, file: &File, read: bool) -> 
 }
 
 /// Writes `piece` (a multiple of [`ALIGN`] bytes, at most [`CHUNK`]) at the aligned
-/// `offset` through `direct`, from a pooled aligned copy.
+/// `offset` through `direct`: as it is when its memory is aligned (the SMB server places
+/// a large WRITE's data so), else from a pooled aligned copy.
 fn write_direct(direct: &File, piece: &[u8], offset: u64) -> io::Result<()> {
+    if (piece.as_ptr() as usize).is_multiple_of(ALIGN) {
+        #[cfg(test)]
+        UNCOPIED_DIRECT_WRITES_ON_THIS_THREAD.with(|c| c.set(c.get() + 1));
+        return direct.write_all_at(piece, offset);
+    }
     let mut buf = POOL
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -187,19 +196,23 @@ mod tests {
             .collect()
     }
 
+    /// A new, empty file in `dir` opened for reading and writing.
+    fn scratch_file(dir: &tempfile::TempDir) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join("f"))
+    }
+
     /// Unaligned and aligned large writes, over and past the end, read back exactly what a
     /// plain buffered file would hold (on the test machine's /tmp the middle goes direct;
     /// on a file system without O_DIRECT the same test covers the fallback).
     #[test]
     fn large_writes_read_back_like_buffered_ones() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
-        let path = dir.path().join("f");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)?;
+        let file = scratch_file(&dir)?;
         let direct = DirectIo::default();
         let mut expect = vec![0u8; 0];
         let writes: [(u64, usize, u8); 5] = [
@@ -225,6 +238,39 @@ mod tests {
                 "content differs after write at {offset}+{len}"
             );
             assert_eq!(file.metadata()?.len(), expect.len() as u64);
+        }
+        Ok(())
+    }
+
+    /// Data whose memory is aligned as its file offset is goes to the `O_DIRECT`
+    /// descriptor as it is, with no bounce copy, and reads back exactly; misaligned
+    /// memory takes the bounce buffer.
+    #[test]
+    fn writes_from_aligned_memory_skip_the_bounce_copy() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let file = scratch_file(&dir)?;
+        let Some(_) = descriptor(&DirectIo::default().write_fd, &file, false) else {
+            eprintln!("no O_DIRECT on this file system; nothing to check");
+            return Ok(());
+        };
+        let direct = DirectIo::default();
+        let len = DIRECT_MIN + 3 * ALIGN + 11;
+        let uncopied = || UNCOPIED_DIRECT_WRITES_ON_THIS_THREAD.with(|c| c.get());
+        for (offset, shift, bounce_free) in [(0u64, 0, true), (100, 100, true), (0, 8, false)] {
+            let mut backing = vec![0u8; len + 2 * ALIGN];
+            let at = backing.as_ptr().align_offset(ALIGN) + shift;
+            let data = &mut backing[at..at + len];
+            data.copy_from_slice(&pattern(len, offset as u8 ^ shift as u8));
+            let before = uncopied();
+            direct.write_all_at(&file, data, offset)?;
+            assert_eq!(
+                uncopied() > before,
+                bounce_free,
+                "offset {offset} shift {shift}"
+            );
+            let mut got = vec![0u8; len];
+            file.read_exact_at(&mut got, offset)?;
+            assert!(got == *data, "content at {offset} from shift {shift}");
         }
         Ok(())
     }

@@ -7,7 +7,7 @@ use crate::proto::io::{
 };
 use crate::proto::session::encode_empty_response;
 use crate::proto::{status, FileId};
-use crate::server::bufpool::OutBuf;
+use crate::server::bufpool::{OutBuf, Received};
 use crate::server::pending::Wait;
 use crate::share_mode::{LockError, LockPlan};
 use std::sync::atomic::Ordering;
@@ -139,12 +139,12 @@ pub async fn write(conn: &mut Connection, ctx: &mut Ctx<'_>, req: WriteRequest<'
 /// A WRITE's data, owned by the task that writes it: a range of the received frame when
 /// the request stood alone (no copy), else a copy.
 enum WriteData {
-    Frame(std::sync::Arc<Vec<u8>>, std::ops::Range<usize>),
+    Frame(std::sync::Arc<Received>, std::ops::Range<usize>),
     Copy(Vec<u8>),
 }
 
 impl WriteData {
-    fn new(frame: Option<&std::sync::Arc<Vec<u8>>>, data: &[u8]) -> WriteData {
+    fn new(frame: Option<&std::sync::Arc<Received>>, data: &[u8]) -> WriteData {
         if let Some(frame) = frame {
             // `data` is a slice of the frame's message: the same address inside the same
             // allocation is the same bytes. Checked arithmetic, no unsafe.
