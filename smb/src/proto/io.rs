@@ -97,9 +97,19 @@ pub struct WriteRequest<'a> {
     pub data: &'a [u8],
 }
 
-impl<'a> WriteRequest<'a> {
-    /// Decodes a WRITE request.
-    pub fn decode(msg: &'a [u8]) -> Result<Self, ProtoError> {
+/// The fixed part of a WRITE request, everything before its data: what
+/// [`WriteRequest::decode`] and [`write_data_placement`] both read.
+struct WriteFixed {
+    data_off: usize,
+    len: usize,
+    offset: u64,
+    file_id: FileId,
+    flags: u32,
+}
+
+impl WriteFixed {
+    /// Decodes the fixed part after the SMB2 header of `msg` (which need not hold the data).
+    fn decode(msg: &[u8]) -> Result<Self, ProtoError> {
         let mut r = Reader::new(msg.get(HEADER_LEN..).ok_or(ProtoError::Truncated)?);
         if r.u16()? != 49 {
             return Err(ProtoError::BadStructureSize("WRITE request"));
@@ -113,11 +123,25 @@ impl<'a> WriteRequest<'a> {
         let _wci_off = r.u16()?;
         let _wci_len = r.u16()?;
         let flags = r.u32()?;
-        let data = slice_at(msg, data_off, len)?;
-        Ok(Self {
+        Ok(WriteFixed {
+            data_off,
+            len,
             offset,
             file_id,
             flags,
+        })
+    }
+}
+
+impl<'a> WriteRequest<'a> {
+    /// Decodes a WRITE request.
+    pub fn decode(msg: &'a [u8]) -> Result<Self, ProtoError> {
+        let fixed = WriteFixed::decode(msg)?;
+        let data = slice_at(msg, fixed.data_off, fixed.len)?;
+        Ok(Self {
+            offset: fixed.offset,
+            file_id: fixed.file_id,
+            flags: fixed.flags,
             data,
         })
     }
@@ -300,15 +324,10 @@ pub fn write_data_placement(prefix: &[u8]) -> (usize, u64) {
             0,
         );
     }
-    let field = |at: usize, n: usize| prefix.get(at..at + n);
-    let le16 = |at| field(at, 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
-    let is_write = prefix.starts_with(&crate::proto::header::SMB2_MAGIC)
-        && le16(12) == Some(Command::Write as u16)
-        && le16(HEADER_LEN) == Some(49);
-    let data = le16(HEADER_LEN + 2);
-    let offset = field(HEADER_LEN + 8, 8).and_then(|b| b.try_into().ok());
-    match (is_write, data, offset) {
-        (true, Some(data), Some(offset)) => (usize::from(data), u64::from_le_bytes(offset)),
+    let is_write =
+        crate::proto::Header::decode(prefix).is_ok_and(|h| h.command() == Some(Command::Write));
+    match WriteFixed::decode(prefix) {
+        Ok(fixed) if is_write => (fixed.data_off, fixed.offset),
         _ => (0, 0),
     }
 }
