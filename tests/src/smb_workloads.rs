@@ -686,3 +686,47 @@ pub async fn list_large(t: &Target, rel: &str, entries: u64) -> anyhow::Result<O
         secs,
     })
 }
+
+/// Piece size of [`write_then_read_back`]: several requests for a multi-MiB file.
+const ROUND_TRIP_PIECE: usize = 1 << 20;
+
+/// Writes `data` to `path` (created or overwritten) in 1 MiB pieces, closes it, reopens it
+/// for reading and reads it back in 1 MiB pieces: the interop tests' round trip through a
+/// client whose share is already connected. Each write must take its whole piece.
+pub async fn write_then_read_back(
+    client: &Client,
+    path: &UncPath,
+    data: &[u8],
+) -> smb::Result<Vec<u8>> {
+    use smb::{ReadAt, WriteAt};
+    let file = client
+        .create_file(
+            path,
+            &FileCreateArgs::make_overwrite(Default::default(), Default::default()),
+        )
+        .await?
+        .unwrap_file();
+    for (i, piece) in data.chunks(ROUND_TRIP_PIECE).enumerate() {
+        let at = i * ROUND_TRIP_PIECE;
+        let n = file.write_at(piece, at as u64).await?;
+        assert_eq!(n, piece.len(), "short write at {at}");
+    }
+    file.close().await?;
+    let file = client
+        .create_file(
+            path,
+            &FileCreateArgs::make_open_existing(FileAccessMask::new().with_generic_read(true)),
+        )
+        .await?
+        .unwrap_file();
+    let mut back = vec![0u8; data.len()];
+    let mut at = 0;
+    while at < back.len() {
+        let end = (at + ROUND_TRIP_PIECE).min(back.len());
+        let n = file.read_at(&mut back[at..end], at as u64).await?;
+        assert!(n > 0, "unexpected end of file at {at}");
+        at += n;
+    }
+    file.close().await?;
+    Ok(back)
+}

@@ -11,9 +11,10 @@ use std::net::{Shutdown, TcpStream};
 use std::str::FromStr;
 use std::time::Duration;
 
+use quarry_tests::smb_workloads::write_then_read_back;
 use quarry_tests::{xorshift_bytes, QuarryProcess};
 use serde_json::json;
-use smb::{Client, ClientConfig, FileAccessMask, FileCreateArgs, ReadAt, UncPath, WriteAt};
+use smb::{Client, ClientConfig, UncPath};
 
 const USER: &str = "mallory-victim";
 const PASS: &str = "victim-secret-3";
@@ -101,43 +102,20 @@ async fn connect_share(client: &Client, port: u16) -> smb::Result<UncPath> {
     Ok(share)
 }
 
-/// Writes `data` to `name` on the connected share in 1 MiB pieces, then reads it back.
-async fn round_trip(
+/// Writes `data` to `name` on `share` through `client` and reads it back; `who` names the
+/// client in a failure, which carries the server's log.
+async fn expect_round_trip(
+    q: &QuarryProcess,
     client: &Client,
     share: &UncPath,
     name: &str,
     data: &[u8],
-) -> smb::Result<Vec<u8>> {
-    let path = share.clone().with_path(name);
-    let file = client
-        .create_file(
-            &path,
-            &FileCreateArgs::make_overwrite(Default::default(), Default::default()),
-        )
-        .await?
-        .unwrap_file();
-    for (i, piece) in data.chunks(1 << 20).enumerate() {
-        let n = file.write_at(piece, (i << 20) as u64).await?;
-        assert_eq!(n, piece.len(), "short write");
-    }
-    file.close().await?;
-    let file = client
-        .create_file(
-            &path,
-            &FileCreateArgs::make_open_existing(FileAccessMask::new().with_generic_read(true)),
-        )
-        .await?
-        .unwrap_file();
-    let mut back = vec![0u8; data.len()];
-    let mut at = 0;
-    while at < back.len() {
-        let end = (at + (1 << 20)).min(back.len());
-        let n = file.read_at(&mut back[at..end], at as u64).await?;
-        assert!(n > 0, "unexpected end of file at {at}");
-        at += n;
-    }
-    file.close().await?;
-    Ok(back)
+    who: &str,
+) {
+    let back = write_then_read_back(client, &share.clone().with_path(name), data)
+        .await
+        .unwrap_or_else(|e| panic!("{who}: {e}\n{}", q.log_text()));
+    assert!(back == data, "{who}: data read back differs");
 }
 
 #[test]
@@ -165,10 +143,8 @@ fn large_hostile_messages_get_an_error_or_a_closed_connection_and_clients_carry_
             .await
             .unwrap_or_else(|e| panic!("victim's session: {e}\n{}", q.log_text()));
         let first = xorshift_bytes(5 * (1 << 20) + 4097, 11);
-        let back = round_trip(&victim, &victim_share, "before.bin", &first)
-            .await
-            .unwrap_or_else(|e| panic!("victim before the attacks: {e}\n{}", q.log_text()));
-        assert!(back == first, "victim's data read back differs");
+        let before = "victim before the attacks";
+        expect_round_trip(&q, &victim, &victim_share, "before.bin", &first, before).await;
 
         // A frame length above the largest message (8 MiB + 64 KiB): closed at once.
         let mut oversized = frame_header(0xFF_FFFF).to_vec();
@@ -208,18 +184,14 @@ fn large_hostile_messages_get_an_error_or_a_closed_connection_and_clients_carry_
 
         // The victim's session still works, and so does a new client.
         let second = xorshift_bytes(3 * (1 << 20) + 511, 13);
-        let back = round_trip(&victim, &victim_share, "after.bin", &second)
-            .await
-            .unwrap_or_else(|e| panic!("victim after the attacks: {e}\n{}", q.log_text()));
-        assert!(back == second, "victim's data after the attacks differs");
+        let after = "victim after the attacks";
+        expect_round_trip(&q, &victim, &victim_share, "after.bin", &second, after).await;
         let newcomer = Client::new(ClientConfig::default());
-        let back = async {
-            let share = connect_share(&newcomer, port).await?;
-            round_trip(&newcomer, &share, "new.bin", &first).await
-        }
-        .await
-        .unwrap_or_else(|e| panic!("new client after the attacks: {e}\n{}", q.log_text()));
-        assert!(back == first, "new client's data differs");
+        let newcomer_share = connect_share(&newcomer, port)
+            .await
+            .unwrap_or_else(|e| panic!("new client's session: {e}\n{}", q.log_text()));
+        let new = "new client after the attacks";
+        expect_round_trip(&q, &newcomer, &newcomer_share, "new.bin", &first, new).await;
         assert!(q.pid().is_some(), "quarry still running");
         // A panic in a connection's task ends only that connection, which looks like a
         // clean close from outside: the log must not show one.

@@ -12,12 +12,10 @@
 use std::process::Command;
 use std::str::FromStr;
 
+use quarry_tests::smb_workloads::write_then_read_back;
 use quarry_tests::{xorshift_bytes, QuarryProcess};
 use serde_json::{json, Value};
-use smb::{
-    Client, ClientConfig, ConnectionConfig, FileAccessMask, FileCreateArgs, ReadAt, UncPath,
-    WriteAt,
-};
+use smb::{Client, ClientConfig, ConnectionConfig, UncPath};
 
 const USER: &str = "rusty";
 const PASS: &str = "rusty-secret-7";
@@ -57,44 +55,12 @@ fn client() -> Client {
     })
 }
 
-/// Writes, closes, reopens and reads back a file through the crate; returns what was read.
+/// Connects to the sealed share, then writes, closes, reopens and reads back a file through
+/// the crate; returns what was read.
 async fn round_trip(q: &QuarryProcess, client: &Client, data: &[u8]) -> smb::Result<Vec<u8>> {
     let share = UncPath::from_str(&format!(r"\\127.0.0.1:{}\sealed", q.smb.port()))?;
     client.share_connect(&share, USER, PASS.to_string()).await?;
-    let path = share.clone().with_path("weights.bin");
-    let file = client
-        .create_file(
-            &path,
-            &FileCreateArgs::make_overwrite(Default::default(), Default::default()),
-        )
-        .await?
-        .unwrap_file();
-    let mut at = 0usize;
-    while at < data.len() {
-        let end = (at + 1024 * 1024).min(data.len());
-        let n = file.write_at(&data[at..end], at as u64).await?;
-        assert!(n > 0, "short write at {at}");
-        at += n;
-    }
-    file.close().await?;
-
-    let file = client
-        .create_file(
-            &path,
-            &FileCreateArgs::make_open_existing(FileAccessMask::new().with_generic_read(true)),
-        )
-        .await?
-        .unwrap_file();
-    let mut back = vec![0u8; data.len()];
-    let mut at = 0usize;
-    while at < back.len() {
-        let end = (at + 1024 * 1024).min(back.len());
-        let n = file.read_at(&mut back[at..end], at as u64).await?;
-        assert!(n > 0, "unexpected end of file at {at}");
-        at += n;
-    }
-    file.close().await?;
-    Ok(back)
+    write_then_read_back(client, &share.with_path("weights.bin"), data).await
 }
 
 /// The security of the one live SMB session, as the API lists it.
