@@ -10,11 +10,14 @@
 //! - [`preauth`]: the SHA-512 preauth integrity hash chain of SMB 3.1.1 (MS-SMB2 3.1.1).
 //! - [`keys`]: per-session signing/encryption/decryption/application keys for each dialect.
 //! - [`ghash`]: GHASH through POLYVAL with batched byte reversal, for AES-GMAC signing.
+//! - [`gmac`]: AES-GMAC over a message with its Signature field taken as zero; large messages
+//!   go through graviola's aggregated GHASH.
 //! - [`signing`]: sign and verify a whole SMB2 message (MS-SMB2 3.1.4.1 / 3.1.5.1).
 //! - [`encryption`]: seal and open a message behind a 52-byte transform header (MS-SMB2 3.1.4.3).
 
 pub mod encryption;
 pub mod ghash;
+pub mod gmac;
 pub mod kdf;
 pub mod keys;
 pub mod preauth;

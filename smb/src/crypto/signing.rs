@@ -5,12 +5,12 @@
 //! needs a mutable or copied buffer: the MAC is streamed over header-with-zeroed-signature and
 //! then the rest.
 
-use aes::cipher::{BlockEncrypt, KeyInit};
+use aes::cipher::KeyInit;
 use aes::Aes128;
 use cmac::{Cmac, Mac};
 use ring::hmac;
 
-use super::ghash::Ghash;
+use super::gmac::GmacKey;
 use super::{CryptoError, SigningAlgorithm};
 
 /// Length of the signature field (bytes).
@@ -48,7 +48,7 @@ pub struct SigningKey {
 enum Inner {
     Hmac(hmac::Key),
     Cmac(Box<Cmac<Aes128>>),
-    Gmac { aes: Box<Aes128>, ghash: Box<Ghash> },
+    Gmac(Box<GmacKey>),
 }
 
 impl std::fmt::Debug for SigningKey {
@@ -67,16 +67,7 @@ impl SigningKey {
             SigningAlgorithm::AesCmac => {
                 Inner::Cmac(Box::new(<Cmac<Aes128> as KeyInit>::new(key.into())))
             }
-            SigningAlgorithm::AesGmac => {
-                let aes = Aes128::new(key.into());
-                let mut h = aes::Block::default();
-                aes.encrypt_block(&mut h);
-                let h: [u8; 16] = h.into();
-                Inner::Gmac {
-                    aes: Box::new(aes),
-                    ghash: Box::new(Ghash::new(&h)),
-                }
-            }
+            SigningAlgorithm::AesGmac => Inner::Gmac(Box::new(GmacKey::new(key))),
         };
         Self { inner }
     }
@@ -86,7 +77,7 @@ impl SigningKey {
         match self.inner {
             Inner::Hmac(_) => SigningAlgorithm::HmacSha256,
             Inner::Cmac(_) => SigningAlgorithm::AesCmac,
-            Inner::Gmac { .. } => SigningAlgorithm::AesGmac,
+            Inner::Gmac(_) => SigningAlgorithm::AesGmac,
         }
     }
 
@@ -118,27 +109,7 @@ impl SigningKey {
                 mac.update(body);
                 out.copy_from_slice(&mac.finalize().into_bytes());
             }
-            Inner::Gmac { aes, ghash } => {
-                let nonce = gmac_nonce(&header);
-                // GMAC (RFC 4543) = GCM with the message as AAD and no plaintext:
-                // tag = GHASH_H(A || pad || [len(A)]_64 || [0]_64) XOR E_K(nonce || 1).
-                let mut gh = (**ghash).clone();
-                gh.update_padded(&header);
-                gh.update_padded(body);
-                let mut lens = [0u8; 16];
-                let a_bits = (msg.len() as u64).wrapping_mul(8);
-                lens[..8].copy_from_slice(&a_bits.to_be_bytes());
-                // Exactly one block: no padding added.
-                gh.update_padded(&lens);
-                let s = gh.finalize();
-                let mut j0 = aes::Block::default();
-                j0[..12].copy_from_slice(&nonce);
-                j0[15] = 1;
-                aes.encrypt_block(&mut j0);
-                for (o, (a, b)) in out.iter_mut().zip(s.iter().zip(j0.iter())) {
-                    *o = a ^ b;
-                }
-            }
+            Inner::Gmac(key) => out = key.tag(msg, &gmac_nonce(&header)),
         }
         Ok(out)
     }
@@ -146,6 +117,11 @@ impl SigningKey {
     /// Signs `msg` in place: writes the signature into its header. The caller sets
     /// SMB2_FLAGS_SIGNED beforehand (the flag is covered by the signature).
     pub fn sign(&self, msg: &mut [u8]) -> Result<(), CryptoError> {
+        // The field is covered as zero; zeroing it first spares AES-GMAC's bulk engine the
+        // correction it makes for a non-zero field.
+        if let Some(field) = msg.get_mut(SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN) {
+            field.fill(0);
+        }
         let sig = self.compute(msg)?;
         msg[SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN].copy_from_slice(&sig);
         Ok(())
