@@ -399,6 +399,40 @@ impl Api {
         Self::finish(req.send_json(body))
     }
 
+    /// POSTs a JSON body that must create something: the created object, or an error
+    /// naming the path, the status and the answer. Test set-up (users, shares, volumes)
+    /// calls this instead of repeating the status check.
+    pub fn create(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        let (status, answer) = self.post(path, body)?;
+        anyhow::ensure!(status == 201, "POST {path}: {status} {answer}");
+        Ok(answer)
+    }
+
+    /// Creates the volume `vol` of `size` bytes and exports it as the first namespace of a
+    /// new NVMe-oF subsystem `nqn`, open to any host (`hosts` None) or only to `hosts`.
+    pub fn export_volume(
+        &self,
+        vol: &str,
+        size: u64,
+        nqn: &str,
+        hosts: Option<&[&str]>,
+    ) -> anyhow::Result<()> {
+        self.create(
+            "/api/v1/volumes",
+            &serde_json::json!({"name": vol, "size_bytes": size}),
+        )?;
+        let subsystem = match hosts {
+            None => serde_json::json!({"nqn": nqn, "allow_any_host": true}),
+            Some(h) => serde_json::json!({"nqn": nqn, "allow_any_host": false, "hosts": h}),
+        };
+        self.create("/api/v1/nvme/subsystems", &subsystem)?;
+        self.create(
+            &format!("/api/v1/nvme/subsystems/{nqn}/namespaces"),
+            &serde_json::json!({"volume": vol}),
+        )?;
+        Ok(())
+    }
+
     /// PUT a JSON body.
     pub fn put(&self, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
         let mut req = self.agent.put(format!("{}{path}", self.base));

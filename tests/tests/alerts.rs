@@ -55,16 +55,14 @@ fn wait_event(api: &Api, want: impl Fn(&Value) -> bool) -> anyhow::Result<Value>
 fn share_quota_alert_raised_at_90_percent_and_resolved_below() -> anyhow::Result<()> {
     let q = QuarryProcess::start()?;
     let api = q.admin()?;
-    let (s, b) = api.post(
+    api.create(
         "/api/v1/users",
         &json!({"name": "qa", "password": "qa-secret-123"}),
     )?;
-    ensure!(s == 201, "{b}");
-    let (s, b) = api.post(
+    api.create(
         "/api/v1/shares",
         &json!({"name": "q", "quota_bytes": QUOTA}),
     )?;
-    ensure!(s == 201, "{b}");
     let dir = tempfile::tempdir()?;
     // 85%: no alert.
     std::fs::write(
@@ -100,13 +98,11 @@ fn share_quota_alert_raised_at_90_percent_and_resolved_below() -> anyhow::Result
 fn failed_smb_login_raises_auth_failed_event() -> anyhow::Result<()> {
     let q = QuarryProcess::start()?;
     let api = q.admin()?;
-    let (s, b) = api.post(
+    api.create(
         "/api/v1/users",
         &json!({"name": "qa", "password": "qa-secret-123"}),
     )?;
-    ensure!(s == 201, "{b}");
-    let (s, b) = api.post("/api/v1/shares", &json!({"name": "q"}))?;
-    ensure!(s == 201, "{b}");
+    api.create("/api/v1/shares", &json!({"name": "q"}))?;
     let out = Command::new("smbclient")
         .arg("//127.0.0.1/q")
         .args(["-p", &q.smb.port().to_string(), "-U", "qa%wrong-password"])

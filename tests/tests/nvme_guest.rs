@@ -38,23 +38,11 @@ fn nvme_linux_kernel_initiator_acceptance() -> anyhow::Result<()> {
         ],
     )?;
     let api = p.admin()?;
-    for (name, size) in [("guest1", 512u64 << 20), ("guest2", 64u64 << 20)] {
-        let (s, b) = api.post(
-            "/api/v1/volumes",
-            &json!({"name": name, "size_bytes": size}),
-        )?;
-        ensure!(s < 300, "volume {name}: {s} {b}");
-    }
-    let (s, b) = api.post(
-        "/api/v1/nvme/subsystems",
-        &json!({"nqn": NQN, "allow_any_host": false, "hosts": [HOSTNQN]}),
+    api.export_volume("guest1", 512 << 20, NQN, Some(&[HOSTNQN]))?;
+    api.create(
+        "/api/v1/volumes",
+        &json!({"name": "guest2", "size_bytes": 64u64 << 20}),
     )?;
-    ensure!(s < 300, "subsystem: {s} {b}");
-    let (s, b) = api.post(
-        &format!("/api/v1/nvme/subsystems/{NQN}/namespaces"),
-        &json!({"volume": "guest1"}),
-    )?;
-    ensure!(s < 300, "namespace: {s} {b}");
     let token = api.token().context("no API token")?;
     let ns_add = format!(
         "wget -q -O- --header 'Authorization: Bearer {token}' --header 'Content-Type: application/json' \

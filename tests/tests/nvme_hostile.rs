@@ -10,7 +10,6 @@ use quarry_nvmeof::spec::{io_opc, Sgl, SGL_ID_TRANSPORT};
 use quarry_nvmeof::tcp::{self, DecodeContext, Pdu};
 use quarry_tests::nvme_initiator::{check, pattern, rw_sqe, Controller, Digests, Options, Queue};
 use quarry_tests::QuarryProcess;
-use serde_json::json;
 
 const NQN: &str = "nqn.2026-11.io.quarry:hostile";
 const BOTH: Digests = Digests {
@@ -82,21 +81,7 @@ async fn bystander_io(c: &mut Controller, round: u64) -> anyhow::Result<()> {
 async fn nvme_hostile_pdus_terminate_and_others_keep_working() -> anyhow::Result<()> {
     let p = QuarryProcess::start()?;
     let api = p.admin()?;
-    let (s, b) = api.post(
-        "/api/v1/volumes",
-        &json!({"name": "hv", "size_bytes": 16u64 << 20}),
-    )?;
-    ensure!(s < 300, "{s} {b}");
-    let (s, b) = api.post(
-        "/api/v1/nvme/subsystems",
-        &json!({"nqn": NQN, "allow_any_host": true}),
-    )?;
-    ensure!(s < 300, "{s} {b}");
-    let (s, b) = api.post(
-        &format!("/api/v1/nvme/subsystems/{NQN}/namespaces"),
-        &json!({"volume": "hv"}),
-    )?;
-    ensure!(s < 300, "{s} {b}");
+    api.export_volume("hv", 16 << 20, NQN, None)?;
 
     let mut bystander = Controller::connect(&Options::new(p.nvme, NQN)).await?;
     bystander_io(&mut bystander, 1).await?;

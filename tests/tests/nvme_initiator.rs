@@ -28,25 +28,15 @@ fn provision(
     nqn: &str,
     hosts: Option<&[&str]>,
 ) -> anyhow::Result<()> {
-    let api = p.admin()?;
-    let (s, b) = api.post("/api/v1/volumes", &json!({"name": vol, "size_bytes": size}))?;
-    ensure!(s < 300, "create volume: {s} {b}");
-    let body = match hosts {
-        None => json!({"nqn": nqn, "allow_any_host": true}),
-        Some(h) => json!({"nqn": nqn, "allow_any_host": false, "hosts": h}),
-    };
-    let (s, b) = api.post("/api/v1/nvme/subsystems", &body)?;
-    ensure!(s < 300, "create subsystem: {s} {b}");
-    add_namespace(p, nqn, vol)
+    p.admin()?.export_volume(vol, size, nqn, hosts)
 }
 
 fn add_namespace(p: &QuarryProcess, nqn: &str, vol: &str) -> anyhow::Result<()> {
     let api = p.admin()?;
-    let (s, b) = api.post(
+    api.create(
         &format!("/api/v1/nvme/subsystems/{nqn}/namespaces"),
         &json!({"volume": vol}),
     )?;
-    ensure!(s < 300, "add namespace: {s} {b}");
     Ok(())
 }
 
@@ -362,11 +352,10 @@ async fn nvme_namespace_added_via_rest_raises_aen() -> anyhow::Result<()> {
     let nqn = "nqn.2026-11.io.quarry:hotadd";
     provision(&p, "ha1", 8 * MIB, nqn, None)?;
     let api = p.admin()?;
-    let (s, b) = api.post(
+    api.create(
         "/api/v1/volumes",
         &json!({"name": "ha2", "size_bytes": 16 * MIB}),
     )?;
-    ensure!(s < 300, "{s} {b}");
     let mut c = Controller::connect(&Options::new(p.nvme, nqn)).await?;
     ensure!(c.namespaces().await? == vec![1]);
     let mut sf = Sqe::new(admin_opc::SET_FEATURES, 0);
@@ -559,11 +548,10 @@ async fn nvme_resize_remove_and_host_revocation_reach_connected_hosts() -> anyho
     let nqn = "nqn.2026-11.io.quarry:changes";
     provision(&p, "ch1", 8 * MIB, nqn, None)?;
     let api = p.admin()?;
-    let (s, b) = api.post(
+    api.create(
         "/api/v1/volumes",
         &json!({"name": "ch2", "size_bytes": 8 * MIB}),
     )?;
-    ensure!(s < 300, "{s} {b}");
     add_namespace(&p, nqn, "ch2")?;
     let mut c = Controller::connect(&Options::new(p.nvme, nqn)).await?;
     ensure!(c.namespaces().await? == vec![1, 2]);

@@ -15,23 +15,7 @@ use serde_json::json;
 const NQN: &str = "nqn.2026-11.io.quarry:ports";
 
 fn provision(p: &QuarryProcess) -> anyhow::Result<()> {
-    let api = p.admin()?;
-    let (s, b) = api.post(
-        "/api/v1/volumes",
-        &json!({"name": "pv", "size_bytes": 8u64 << 20}),
-    )?;
-    ensure!(s == 201, "create volume: {s} {b}");
-    let (s, b) = api.post(
-        "/api/v1/nvme/subsystems",
-        &json!({"nqn": NQN, "allow_any_host": true}),
-    )?;
-    ensure!(s == 201, "create subsystem: {s} {b}");
-    let (s, b) = api.post(
-        &format!("/api/v1/nvme/subsystems/{NQN}/namespaces"),
-        &json!({"volume": "pv"}),
-    )?;
-    ensure!(s == 201, "add namespace: {s} {b}");
-    Ok(())
+    p.admin()?.export_volume("pv", 8 << 20, NQN, None)
 }
 
 async fn write_and_read(addr: SocketAddr, generation: u64) -> anyhow::Result<()> {
@@ -65,11 +49,8 @@ async fn discovery_port_advertised_address_and_api_listeners() -> anyhow::Result
 
     // Add a listener on all addresses with an address advertised for NAT.
     let extra_port = free_port()?;
-    let (s, b) = api.post(
-        "/api/v1/nvme/listeners",
-        &json!({"transport": "tcp", "address": "0.0.0.0", "port": extra_port, "advertise": "10.0.2.2"}),
-    )?;
-    ensure!(s == 201, "add listener: {s} {b}");
+    let b = api.create("/api/v1/nvme/listeners",
+        &json!({"transport": "tcp", "address": "0.0.0.0", "port": extra_port, "advertise": "10.0.2.2"}),)?;
     let id = b["id"].as_i64().context("listener id")?;
     let extra: SocketAddr = ([127, 0, 0, 1], extra_port).into();
     write_and_read(extra, 1).await?;

@@ -270,17 +270,13 @@ fn btrfs_raid10_pool_quota_scrub_failure_replace_restart() {
     assert_eq!(s, 409, "second pool: {b}");
 
     // A share with a 256 MiB quota, filled over SMB to DISK_FULL.
-    let (s, b) = api
-        .post("/api/v1/users", &json!({"name": USER, "password": PASS}))
+    api.create("/api/v1/users", &json!({"name": USER, "password": PASS}))
         .unwrap();
-    assert_eq!(s, 201, "{b}");
-    let (s, b) = api
-        .post(
-            "/api/v1/shares",
-            &json!({"name": "q", "quota_bytes": 256 * MIB}),
-        )
-        .unwrap();
-    assert_eq!(s, 201, "{b}");
+    api.create(
+        "/api/v1/shares",
+        &json!({"name": "q", "quota_bytes": 256 * MIB}),
+    )
+    .unwrap();
     let share_dir = data.join("pool/shares/q");
     {
         use std::os::unix::fs::MetadataExt;
@@ -464,8 +460,7 @@ async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<
     wait_job(&api, &job);
 
     // Share: snapshot, change and delete files, restore, compare checksums.
-    let (s, b) = api.post("/api/v1/shares", &json!({"name": "snap"}))?;
-    assert_eq!(s, 201, "{b}");
+    api.create("/api/v1/shares", &json!({"name": "snap"}))?;
     let root = data.join("pool/shares/snap");
     std::fs::create_dir(root.join("dir"))?;
     pattern_file(&root.join("a.bin"), 3 * MIB, 11);
@@ -491,8 +486,7 @@ async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<
     // The snapshot is a previous version over SMB: allinfo lists its @GMT token (from
     // FSCTL_SRV_ENUMERATE_SNAPSHOTS), the old contents, deleted files included, read back
     // through it (smbclient sends the timewarp context), and it cannot be written.
-    let (s, b) = api.post("/api/v1/users", &json!({"name": USER, "password": PASS}))?;
-    assert_eq!(s, 201, "{b}");
+    api.create("/api/v1/users", &json!({"name": USER, "password": PASS}))?;
     let work = tempfile::tempdir()?;
     let out = smbclient(&q, "snap", "allinfo a.bin", work.path());
     let token = out
@@ -557,16 +551,14 @@ async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<
     // Volume: write over NVMe, snapshot, overwrite, clone the snapshot as a second
     // namespace and read the old data from it; restore the original and read it back.
     let nqn = "nqn.2026-11.io.quarry:pool";
-    let (s, b) = api.post(
+    api.create(
         "/api/v1/volumes",
         &json!({"name": "v", "size_bytes": 64 * MIB}),
     )?;
-    assert_eq!(s, 201, "{b}");
-    let (s, b) = api.post(
+    api.create(
         "/api/v1/nvme/subsystems",
         &json!({"nqn": nqn, "allow_any_host": true}),
     )?;
-    assert_eq!(s, 201, "{b}");
     let (s, b) = api.post(
         &format!("/api/v1/nvme/subsystems/{nqn}/namespaces"),
         &json!({"volume": "v"}),
@@ -587,11 +579,10 @@ async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<
         "overwrite",
     )?;
     assert_eq!(c.read(0, 1, 0, 16, bs).await?, newer);
-    let (s, b) = api.post(
+    let b = api.create(
         "/api/v1/volumes",
         &json!({"name": "vclone", "from_snapshot": vsnap["id"]}),
     )?;
-    assert_eq!(s, 201, "{b}");
     assert_eq!(b["size_bytes"], 64 * MIB, "{b}");
     let (s, b) = api.post(
         &format!("/api/v1/nvme/subsystems/{nqn}/namespaces"),
@@ -742,25 +733,19 @@ fn btrfs_scheduled_snapshots_keep_their_retention_and_scrubs_run() {
         .unwrap();
     assert_eq!(s, 202, "{job}");
     wait_job(&api, &job);
-    let (s, b) = api
-        .post("/api/v1/shares", &json!({"name": "sched"}))
+    api.create("/api/v1/shares", &json!({"name": "sched"}))
         .unwrap();
-    assert_eq!(s, 201, "{b}");
     std::fs::write(data.join("pool/shares/sched/f.txt"), b"scheduled").unwrap();
-    let (s, b) = api
-        .post(
-            "/api/v1/snapshots/schedules",
-            &json!({"share": "sched", "interval_s": 1, "keep": 2}),
-        )
-        .unwrap();
-    assert_eq!(s, 201, "{b}");
-    let (s, b) = api
-        .post(
-            "/api/v1/snapshots",
-            &json!({"share": "sched", "name": "manual"}),
-        )
-        .unwrap();
-    assert_eq!(s, 201, "{b}");
+    api.create(
+        "/api/v1/snapshots/schedules",
+        &json!({"share": "sched", "interval_s": 1, "keep": 2}),
+    )
+    .unwrap();
+    api.create(
+        "/api/v1/snapshots",
+        &json!({"share": "sched", "name": "manual"}),
+    )
+    .unwrap();
 
     let autos = |api: &Api| -> Vec<i64> {
         let (_, list) = api.get("/api/v1/snapshots?share=sched").unwrap();

@@ -26,14 +26,10 @@ fn data_dir(q: &QuarryProcess) -> std::path::PathBuf {
 /// Adds the user and the share `data` the scripts use.
 fn with_user_and_share(q: QuarryProcess) -> QuarryProcess {
     let api = q.admin().expect("admin login");
-    let (s, b) = api
-        .post("/api/v1/users", &json!({"name": USER, "password": PASS}))
+    api.create("/api/v1/users", &json!({"name": USER, "password": PASS}))
         .unwrap();
-    assert_eq!(s, 201, "{b}");
-    let (s, b) = api
-        .post("/api/v1/shares", &json!({"name": "data"}))
+    api.create("/api/v1/shares", &json!({"name": "data"}))
         .unwrap();
-    assert_eq!(s, 201, "{b}");
     q
 }
 
@@ -536,17 +532,14 @@ fn smbprotocol_persistent_handle_survives_a_restart() {
     let data = dir.path().join("data");
     let q = QuarryProcess::start_in(&data).expect("quarry starts");
     let api = q.admin().expect("admin login");
-    let (s, b) = api
-        .post("/api/v1/users", &json!({"name": USER, "password": PASS}))
+    api.create("/api/v1/users", &json!({"name": USER, "password": PASS}))
         .unwrap();
-    assert_eq!(s, 201, "{b}");
-    let (s, b) = api
-        .post(
+    let b = api
+        .create(
             "/api/v1/shares",
             &json!({"name": "ca", "continuously_available": true}),
         )
         .unwrap();
-    assert_eq!(s, 201, "{b}");
     assert_eq!(b["continuously_available"], true, "{b}");
     let ids = [
         ("CLIENT_GUID", "6d3c1c0e-1f5e-4a7b-9c1d-0a0b0c0d0e0f"),

@@ -31,17 +31,13 @@ fn appliance(cipher: &str) -> (tempfile::TempDir, QuarryProcess) {
     let q =
         QuarryProcess::start_with(&data, &[("QUARRY_SMB_CIPHERS", cipher)]).expect("quarry starts");
     let api = q.admin().expect("admin login");
-    let (s, b) = api
-        .post("/api/v1/users", &json!({"name": USER, "password": PASS}))
+    api.create("/api/v1/users", &json!({"name": USER, "password": PASS}))
         .expect("create user");
-    assert_eq!(s, 201, "{b}");
-    let (s, b) = api
-        .post(
-            "/api/v1/shares",
-            &json!({"name": "sealed", "encrypt": true}),
-        )
-        .expect("create share");
-    assert_eq!(s, 201, "{b}");
+    api.create(
+        "/api/v1/shares",
+        &json!({"name": "sealed", "encrypt": true}),
+    )
+    .expect("create share");
     (dir, q)
 }
 

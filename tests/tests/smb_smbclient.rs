@@ -49,25 +49,20 @@ fn smbclient(
 fn setup() -> QuarryProcess {
     let q = QuarryProcess::start().expect("quarry starts");
     let api = q.admin().expect("admin login");
-    let (s, b) = api
-        .post("/api/v1/users", &json!({"name": USER, "password": PASS}))
+    api.create("/api/v1/users", &json!({"name": USER, "password": PASS}))
         .unwrap();
-    assert_eq!(s, 201, "{b}");
-    let (s, b) = api
-        .post(
-            "/api/v1/users",
-            &json!({"name": "bob", "password": "bob-secret-12"}),
-        )
-        .unwrap();
-    assert_eq!(s, 201, "{b}");
+    api.create(
+        "/api/v1/users",
+        &json!({"name": "bob", "password": "bob-secret-12"}),
+    )
+    .unwrap();
     for share in [
         json!({"name": "data"}),
         json!({"name": "secure", "encrypt": true}),
         json!({"name": "ro", "read_only": true}),
         json!({"name": "alicesonly", "users": [USER]}),
     ] {
-        let (s, b) = api.post("/api/v1/shares", &share).unwrap();
-        assert_eq!(s, 201, "{b}");
+        api.create("/api/v1/shares", &share).unwrap();
     }
     q
 }
@@ -395,13 +390,11 @@ fn smbclient_lists_shares() {
 fn quota_is_the_disk_and_disk_full_is_reported() {
     let q = setup();
     let api = q.admin().expect("admin login");
-    let (s, b) = api
-        .post(
-            "/api/v1/shares",
-            &json!({"name": "tiny", "quota_bytes": 1024 * 1024}),
-        )
-        .unwrap();
-    assert_eq!(s, 201, "{b}");
+    api.create(
+        "/api/v1/shares",
+        &json!({"name": "tiny", "quota_bytes": 1024 * 1024}),
+    )
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     random_file(&dir.path().join("big.bin"), 3 * 1024 * 1024);
     let want = random_file(&dir.path().join("small.bin"), 500_000);

@@ -236,21 +236,7 @@ async fn nvme_bytes_in_metrics_match_initiator_io() -> anyhow::Result<()> {
     let q = QuarryProcess::start()?;
     let nqn = "nqn.2026-01.io.quarry:metrics";
     let api = q.admin()?;
-    let (s, b) = api.post(
-        "/api/v1/volumes",
-        &json!({"name": "mv", "size_bytes": 64u64 << 20}),
-    )?;
-    ensure!(s < 300, "{b}");
-    let (s, b) = api.post(
-        "/api/v1/nvme/subsystems",
-        &json!({"nqn": nqn, "allow_any_host": true}),
-    )?;
-    ensure!(s < 300, "{b}");
-    let (s, b) = api.post(
-        &format!("/api/v1/nvme/subsystems/{nqn}/namespaces"),
-        &json!({"volume": "mv"}),
-    )?;
-    ensure!(s < 300, "{b}");
+    api.export_volume("mv", 64 << 20, nqn, None)?;
 
     let mut o = Options::new(q.nvme, nqn);
     o.io_queues = 1;
