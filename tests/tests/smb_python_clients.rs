@@ -33,7 +33,8 @@ fn with_user_and_share(q: QuarryProcess) -> QuarryProcess {
     q
 }
 
-/// Runs a Python script with PORT/USER/PASS in its environment; returns stdout+stderr.
+/// Runs a Python script with PORT/USER/PASS in its environment and `tests/python` (the
+/// shared `quarry_smb` helpers) on its path; returns stdout+stderr.
 fn python(q: &QuarryProcess, script: &str) -> String {
     python_with(q, script, &[])
 }
@@ -46,6 +47,8 @@ fn python_with(q: &QuarryProcess, script: &str, env: &[(&str, &str)]) -> String 
         .env("PORT", q.smb.port().to_string())
         .env("SMBUSER", USER)
         .env("SMBPASS", PASS)
+        // The scripts' shared connect helper (`quarry_smb.smb_tree`).
+        .env("PYTHONPATH", concat!(env!("CARGO_MANIFEST_DIR"), "/python"))
         .output()
         .expect("python3 runs");
     let text = format!(
@@ -83,15 +86,11 @@ print("OK")
 /// Raw CREATEs through smbprotocol's low-level API (its high-level API normalises `..` away).
 const SMBPROTOCOL_ESCAPES: &str = r#"
 import os, uuid
-from smbprotocol.connection import Connection
-from smbprotocol.session import Session
-from smbprotocol.tree import TreeConnect
+from quarry_smb import smb_tree
 from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes
 from smbprotocol.exceptions import SMBResponseException
 port = int(os.environ["PORT"])
-conn = Connection(uuid.uuid4(), "127.0.0.1", port); conn.connect()
-sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"], require_encryption=True); sess.connect()
-tree = TreeConnect(sess, r"\\127.0.0.1\data"); tree.connect()
+conn, sess, tree = smb_tree(require_encryption=True)
 cases = [("..\\x.txt", 0xC000003B), ("a\\..\\..\\x.txt", 0xC000003B), ("a:b:c", 0xC0000033),
          ("d:x\\f.txt", 0xC0000033),
          ("CON", 0xC0000033), ("lpt1.txt", 0xC0000033), ("\\lead.txt", 0xC000000D)]
@@ -189,15 +188,11 @@ fn impacket_smb1_upgrade_and_311() {
 /// refused truncating open (OVERWRITE_IF) must not have truncated anything.
 const SMBPROTOCOL_SHARING: &str = r#"
 import os, uuid
-from smbprotocol.connection import Connection
-from smbprotocol.session import Session
-from smbprotocol.tree import TreeConnect
+from quarry_smb import smb_tree
 from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes
 from smbprotocol.exceptions import SMBResponseException
 port = int(os.environ["PORT"])
-conn = Connection(uuid.uuid4(), "127.0.0.1", port); conn.connect()
-sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"]); sess.connect()
-tree = TreeConnect(sess, r"\\127.0.0.1\data"); tree.connect()
+conn, sess, tree = smb_tree()
 def op(disp, share):
     o = Open(tree, "shared.bin")
     o.create(ImpersonationLevel.Impersonation, FilePipePrinterAccessMask.GENERIC_READ | FilePipePrinterAccessMask.GENERIC_WRITE,
@@ -234,18 +229,14 @@ fn smbprotocol_sharing_violation_keeps_data() {
 /// name collisions must come out the same both ways.
 const SMBPROTOCOL_CREATE_ACTIONS: &str = r#"
 import os, uuid
-from smbprotocol.connection import Connection
-from smbprotocol.session import Session
-from smbprotocol.tree import TreeConnect
+from quarry_smb import smb_tree
 from smbprotocol.open import (Open, CreateAction, CreateDisposition as D, CreateOptions,
     FilePipePrinterAccessMask as A, ImpersonationLevel, ShareAccess, FileAttributes,
     RequestedOplockLevel)
 from smbprotocol.exceptions import SMBResponseException
 port = int(os.environ["PORT"])
 def tree():
-    conn = Connection(uuid.uuid4(), "127.0.0.1", port); conn.connect()
-    sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"]); sess.connect()
-    t = TreeConnect(sess, r"\\127.0.0.1\data"); t.connect()
+    conn, sess, t = smb_tree()
     return t
 RW = A.FILE_READ_DATA | A.FILE_WRITE_DATA | A.DELETE
 SHARE = ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE | ShareAccess.FILE_SHARE_DELETE
@@ -308,16 +299,12 @@ fn smbprotocol_create_actions_hold_with_and_without_oplocks_in_the_share() {
 /// entry then vanished with the writer's close and a third open was refused.
 const SMBPROTOCOL_OPENS_ACROSS_CONNECTIONS: &str = r#"
 import os, uuid
-from smbprotocol.connection import Connection
-from smbprotocol.session import Session
-from smbprotocol.tree import TreeConnect
+from quarry_smb import smb_tree
 from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes
 from smbprotocol.exceptions import SMBResponseException
 port = int(os.environ["PORT"])
 def tree():
-    conn = Connection(uuid.uuid4(), "127.0.0.1", port); conn.connect()
-    sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"]); sess.connect()
-    t = TreeConnect(sess, r"\\127.0.0.1\data"); t.connect()
+    conn, sess, t = smb_tree()
     return t
 R, W = FilePipePrinterAccessMask.FILE_READ_DATA, FilePipePrinterAccessMask.FILE_WRITE_DATA
 def op(t, access, share, disp=CreateDisposition.FILE_OPEN):
@@ -355,18 +342,14 @@ fn opens_on_different_connections_keep_their_own_share_modes() {
 /// CreateGuid), write 4 MiB more after the first and read all 8 MiB back.
 const SMBPROTOCOL_DURABLE_RECONNECT: &str = r#"
 import os, uuid, subprocess, time
-from smbprotocol.connection import Connection
-from smbprotocol.session import Session
-from smbprotocol.tree import TreeConnect
+from quarry_smb import smb_tree
 from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes, RequestedOplockLevel
 from smbprotocol.create_contexts import CreateContextName, SMB2CreateContextRequest, SMB2CreateDurableHandleRequestV2, SMB2CreateDurableHandleReconnectV2
 from smbprotocol.exceptions import SMBResponseException
 port = int(os.environ["PORT"])
 guid = uuid.uuid4()
 def connect():
-    conn = Connection(uuid.uuid4(), "127.0.0.1", port); conn.connect()
-    sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"], require_encryption=False); sess.connect()
-    tree = TreeConnect(sess, r"\\127.0.0.1\data"); tree.connect()
+    conn, sess, tree = smb_tree(require_encryption=False)
     return conn, tree
 def context(name, data):
     c = SMB2CreateContextRequest(); c["buffer_name"] = name; c["buffer_data"] = data; return c
@@ -425,15 +408,11 @@ fn smbprotocol_durable_handle_survives_a_destroyed_connection() {
 /// available share, written, then left open (the process exits without closing it).
 const SMBPROTOCOL_PERSISTENT_OPEN: &str = r#"
 import os, uuid
-from smbprotocol.connection import Connection
-from smbprotocol.session import Session
-from smbprotocol.tree import TreeConnect
+from quarry_smb import smb_tree
 from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes, RequestedOplockLevel
 from smbprotocol.create_contexts import CreateContextName, SMB2CreateContextRequest, SMB2CreateDurableHandleRequestV2, DurableHandleFlags
 client = uuid.UUID(os.environ["CLIENT_GUID"]); guid = uuid.UUID(os.environ["CREATE_GUID"])
-conn = Connection(client, "127.0.0.1", int(os.environ["PORT"])); conn.connect()
-sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"]); sess.connect()
-tree = TreeConnect(sess, r"\\127.0.0.1\ca"); tree.connect()
+conn, sess, tree = smb_tree("ca", client_guid=client)
 assert tree.is_ca_share, "the share is not continuously available"
 req = SMB2CreateDurableHandleRequestV2(); req["timeout"] = 120000; req["create_guid"] = guid
 req["flags"] = DurableHandleFlags.SMB2_DHANDLE_FLAG_PERSISTENT
@@ -459,17 +438,13 @@ os._exit(0)
 /// byte-range lock held all along.
 const SMBPROTOCOL_PERSISTENT_RECLAIM: &str = r#"
 import os, uuid
-from smbprotocol.connection import Connection
-from smbprotocol.session import Session
-from smbprotocol.tree import TreeConnect
+from quarry_smb import smb_tree
 from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes, RequestedOplockLevel
 from smbprotocol.create_contexts import CreateContextName, SMB2CreateContextRequest, SMB2CreateDurableHandleReconnectV2, DurableHandleFlags
 from smbprotocol.exceptions import SMBResponseException
 client = uuid.UUID(os.environ["CLIENT_GUID"]); guid = uuid.UUID(os.environ["CREATE_GUID"])
 def connect(client):
-    conn = Connection(client, "127.0.0.1", int(os.environ["PORT"])); conn.connect()
-    sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"]); sess.connect()
-    tree = TreeConnect(sess, r"\\127.0.0.1\ca"); tree.connect()
+    conn, sess, tree = smb_tree("ca", client_guid=client)
     return tree
 def open_plain(tree):
     o = Open(tree, "ckpt.bin")
@@ -563,19 +538,12 @@ fn smbprotocol_persistent_handle_survives_a_restart() {
 
 const SMBPROTOCOL_NOTIFY_OUTSIDE: &str = r#"
 import os, subprocess, threading, time, uuid
-from smbprotocol.connection import Connection
-from smbprotocol.session import Session
-from smbprotocol.tree import TreeConnect
+from quarry_smb import smb_tree
 from smbprotocol.open import (Open, CreateDisposition, CreateOptions, DirectoryAccessMask,
     FileAttributes, ImpersonationLevel, ShareAccess)
 from smbprotocol.change_notify import ChangeNotifyFlags, CompletionFilter, FileSystemWatcher
 
-conn = Connection(uuid.uuid4(), "127.0.0.1", int(os.environ["PORT"]))
-conn.connect()
-sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"])
-sess.connect()
-tree = TreeConnect(sess, r"\\127.0.0.1\data")
-tree.connect()
+conn, sess, tree = smb_tree()
 d = Open(tree, "Watched")
 d.create(ImpersonationLevel.Impersonation,
          DirectoryAccessMask.FILE_LIST_DIRECTORY | DirectoryAccessMask.SYNCHRONIZE,
@@ -637,16 +605,12 @@ fn smbprotocol_is_notified_of_changes_made_outside_smb() {
 /// negotiates gets plain entries.
 const SMBPROTOCOL_AAPL: &str = r#"
 import os, struct, uuid
-from smbprotocol.connection import Connection
-from smbprotocol.session import Session
-from smbprotocol.tree import TreeConnect
+from quarry_smb import smb_tree
 from smbprotocol.open import Open, CreateDisposition, CreateOptions, DirectoryAccessMask, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes, FileInformationClass
 from smbprotocol.create_contexts import SMB2CreateContextRequest
 from smbprotocol.exceptions import SMBResponseException
 def connect():
-    conn = Connection(uuid.uuid4(), "127.0.0.1", int(os.environ["PORT"])); conn.connect()
-    sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"]); sess.connect()
-    tree = TreeConnect(sess, r"\\127.0.0.1\data"); tree.connect()
+    conn, sess, tree = smb_tree()
     return tree
 def aapl(data):
     c = SMB2CreateContextRequest(); c["buffer_name"] = b"AAPL"; c["buffer_data"] = data
@@ -801,17 +765,10 @@ impl Drop for Veth {
 
 const QUERY_INTERFACES: &str = r#"
 import os, uuid
-from smbprotocol.connection import Connection
-from smbprotocol.session import Session
-from smbprotocol.tree import TreeConnect
+from quarry_smb import smb_tree
 from smbprotocol.ioctl import (CtlCode, IOCTLFlags, SMB2IOCTLRequest, SMB2IOCTLResponse,
     SMB2NetworkInterfaceInfo)
-conn = Connection(uuid.uuid4(), "127.0.0.1", int(os.environ["PORT"]))
-conn.connect()
-sess = Session(conn, os.environ["SMBUSER"], os.environ["SMBPASS"])
-sess.connect()
-tree = TreeConnect(sess, r"\\127.0.0.1\data")
-tree.connect()
+conn, sess, tree = smb_tree()
 req = SMB2IOCTLRequest()
 req["ctl_code"] = CtlCode.FSCTL_QUERY_NETWORK_INTERFACE_INFO
 req["file_id"] = b"\xff" * 16
