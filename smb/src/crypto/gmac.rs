@@ -24,9 +24,10 @@ use aes::Aes128;
 use polyval::hazmat::FieldElement;
 
 use super::ghash::Ghash;
+use super::signing::{SIGNATURE_LEN, SIGNATURE_OFFSET, SMB2_HEADER_LEN};
 
 /// Where the Signature field lies in the SMB2 header.
-const SIGNATURE: std::ops::Range<usize> = 48..64;
+const SIGNATURE: std::ops::Range<usize> = SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN;
 /// The Signature field is the fourth 16-byte block of the message.
 const SIGNATURE_BLOCK_INDEX: u64 = 3;
 /// Messages from this length on use the bulk engine. Below it, graviola's fixed cost per call
@@ -81,8 +82,8 @@ impl GmacKey {
 
     /// GHASH over a zeroed copy of the header, then the body; the tag is that XOR E_K(J0).
     fn tag_small(&self, msg: &[u8], nonce: &[u8; 12]) -> [u8; 16] {
-        let split = SIGNATURE.end.min(msg.len());
-        let mut header = [0u8; SIGNATURE.end];
+        let split = SMB2_HEADER_LEN.min(msg.len());
+        let mut header = [0u8; SMB2_HEADER_LEN];
         header[..split].copy_from_slice(&msg[..split]);
         header[SIGNATURE].fill(0);
         let mut gh = self.ghash.clone();
