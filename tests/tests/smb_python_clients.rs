@@ -85,11 +85,9 @@ print("OK")
 
 /// Raw CREATEs through smbprotocol's low-level API (its high-level API normalises `..` away).
 const SMBPROTOCOL_ESCAPES: &str = r#"
-import os, uuid
 from quarry_smb import smb_tree
 from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes
 from smbprotocol.exceptions import SMBResponseException
-port = int(os.environ["PORT"])
 conn, sess, tree = smb_tree(require_encryption=True)
 cases = [("..\\x.txt", 0xC000003B), ("a\\..\\..\\x.txt", 0xC000003B), ("a:b:c", 0xC0000033),
          ("d:x\\f.txt", 0xC0000033),
@@ -187,11 +185,9 @@ fn impacket_smb1_upgrade_and_311() {
 /// Two opens of one file: a conflicting share mode is refused with SHARING_VIOLATION, and a
 /// refused truncating open (OVERWRITE_IF) must not have truncated anything.
 const SMBPROTOCOL_SHARING: &str = r#"
-import os, uuid
 from quarry_smb import smb_tree
 from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes
 from smbprotocol.exceptions import SMBResponseException
-port = int(os.environ["PORT"])
 conn, sess, tree = smb_tree()
 def op(disp, share):
     o = Open(tree, "shared.bin")
@@ -228,13 +224,11 @@ fn smbprotocol_sharing_violation_keeps_data() {
 /// finds nothing creates the file in the same storage call. Data, delete-on-close and
 /// name collisions must come out the same both ways.
 const SMBPROTOCOL_CREATE_ACTIONS: &str = r#"
-import os, uuid
 from quarry_smb import smb_tree
 from smbprotocol.open import (Open, CreateAction, CreateDisposition as D, CreateOptions,
     FilePipePrinterAccessMask as A, ImpersonationLevel, ShareAccess, FileAttributes,
     RequestedOplockLevel)
 from smbprotocol.exceptions import SMBResponseException
-port = int(os.environ["PORT"])
 def tree():
     conn, sess, t = smb_tree()
     return t
@@ -298,11 +292,9 @@ fn smbprotocol_create_actions_hold_with_and_without_oplocks_in_the_share() {
 /// first open below got volatile id 1 when ids were counted per connection; the reader's
 /// entry then vanished with the writer's close and a third open was refused.
 const SMBPROTOCOL_OPENS_ACROSS_CONNECTIONS: &str = r#"
-import os, uuid
 from quarry_smb import smb_tree
 from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes
 from smbprotocol.exceptions import SMBResponseException
-port = int(os.environ["PORT"])
 def tree():
     conn, sess, t = smb_tree()
     return t
@@ -537,7 +529,7 @@ fn smbprotocol_persistent_handle_survives_a_restart() {
 }
 
 const SMBPROTOCOL_NOTIFY_OUTSIDE: &str = r#"
-import os, subprocess, threading, time, uuid
+import os, subprocess, threading, time
 from quarry_smb import smb_tree
 from smbprotocol.open import (Open, CreateDisposition, CreateOptions, DirectoryAccessMask,
     FileAttributes, ImpersonationLevel, ShareAccess)
@@ -604,7 +596,7 @@ fn smbprotocol_is_notified_of_changes_made_outside_smb() {
 /// AAPL context or kAAPL_RESOLVE_ID is INVALID_PARAMETER, and a connection that never
 /// negotiates gets plain entries.
 const SMBPROTOCOL_AAPL: &str = r#"
-import os, struct, uuid
+import struct
 from quarry_smb import smb_tree
 from smbprotocol.open import Open, CreateDisposition, CreateOptions, DirectoryAccessMask, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes, FileInformationClass
 from smbprotocol.create_contexts import SMB2CreateContextRequest
@@ -764,7 +756,6 @@ impl Drop for Veth {
 }
 
 const QUERY_INTERFACES: &str = r#"
-import os, uuid
 from quarry_smb import smb_tree
 from smbprotocol.ioctl import (CtlCode, IOCTLFlags, SMB2IOCTLRequest, SMB2IOCTLResponse,
     SMB2NetworkInterfaceInfo)
