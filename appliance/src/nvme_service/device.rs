@@ -124,7 +124,7 @@ impl BlockDevice for FileDevice {
                 d.read_exact_at(buf, offset)
             }
             Some(d) if aligned(offset, buf.len()) => {
-                let mut bounce = IoBuf::zeroed(buf.len());
+                let mut bounce = IoBuf::for_overwrite(buf.len());
                 d.read_exact_at(&mut bounce, offset)?;
                 buf.copy_from_slice(&bounce);
                 Ok(())

@@ -14,7 +14,9 @@ use std::sync::Arc;
 pub trait BlockDevice: Send + Sync + 'static {
     /// Size of the device in bytes (the namespace is `size / block size` blocks).
     fn size_bytes(&self) -> u64;
-    /// Reads exactly `buf.len()` bytes at `offset` (holes read as zeroes).
+    /// Reads exactly `buf.len()` bytes at `offset` (holes read as zeroes). `buf` may hold
+    /// another read's bytes on entry (buffers are recycled): an `Ok` must have written
+    /// every byte of it.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Writes `data` at `offset`; with `fua` the data is durable when this returns.
     fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()>;

@@ -87,7 +87,8 @@ impl IoRequest {
         let d = &self.device;
         match &self.op {
             BlockOp::Read { offset, len } => {
-                let mut buf = IoBuf::zeroed(*len as usize);
+                // `read_at` fills all of it or fails (the buffer is then dropped unseen).
+                let mut buf = IoBuf::for_overwrite(*len as usize);
                 d.read_at(*offset, &mut buf)?;
                 Ok(IoOutcome::Read(buf))
             }
