@@ -330,27 +330,32 @@ pub async fn connection(
         let mut sends: Vec<Chunk> = Vec::new();
         let mut pending = 0usize;
         while let Some(o) = q.poll_output() {
-            let parts = match o {
-                Output::Send(b) => vec![Chunk::Bytes(b)],
+            // The answer's pieces go straight onto this turn's list (no list per answer).
+            let queued = sends.len();
+            match o {
+                Output::Send(b) => sends.push(Chunk::Bytes(b)),
                 Output::SendData { head, data, tail } => {
-                    let mut parts = vec![Chunk::Bytes(head), Chunk::Data(data)];
+                    sends.push(Chunk::Bytes(head));
+                    sends.push(Chunk::Data(data));
                     if !tail.is_empty() {
-                        parts.push(Chunk::Bytes(tail));
+                        sends.push(Chunk::Bytes(tail));
                     }
-                    parts
                 }
                 Output::Io(req) => {
-                    let tx = io_tx.clone();
                     match (queue_io.as_mut(), &executor) {
                         (Some(engine), _) => engine.submit(req),
-                        (None, Some(e)) => e.submit(
-                            req,
-                            Box::new(move |req, res| {
-                                // The connection may be gone; then the result is moot.
-                                let _ = tx.send((req, res));
-                            }),
-                        ),
+                        (None, Some(e)) => {
+                            let tx = io_tx.clone();
+                            e.submit(
+                                req,
+                                Box::new(move |req, res| {
+                                    // The connection may be gone; then the result is moot.
+                                    let _ = tx.send((req, res));
+                                }),
+                            )
+                        }
                         (None, None) => {
+                            let tx = io_tx.clone();
                             tokio::task::spawn_blocking(move || {
                                 let res = req.execute();
                                 let _ = tx.send((req, res));
@@ -370,9 +375,8 @@ pub async fn connection(
                     close = true;
                     continue;
                 }
-            };
-            pending += parts.iter().map(|p| p.len()).sum::<usize>();
-            sends.extend(parts);
+            }
+            pending += sends.iter().skip(queued).map(|p| p.len()).sum::<usize>();
             // Large answers stream out as they come rather than pile up.
             if pending >= FLUSH_BYTES {
                 if let Err(e) = send_pdus(&mut wr, std::mem::take(&mut sends)).await {
