@@ -240,15 +240,94 @@ pub fn decode<'a>(frame: &'a [u8], ctx: &DecodeContext) -> Result<Pdu<'a>, PduEr
     })
 }
 
-/// Locates and verifies the data of a digested PDU; empty slice when it has none.
-fn data_region<'a>(
+/// An H2CData PDU known from its header alone (the bytes before its data), so that a
+/// transport can read a large PDU's data from the socket straight into the command's
+/// buffer instead of buffering the whole PDU first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataHead {
+    /// Command capsule CID the data belongs to.
+    pub cccid: u16,
+    /// Transfer tag from the R2T.
+    pub ttag: u16,
+    /// Offset of the data within the command's transfer.
+    pub datao: u32,
+    /// Raw flags (LAST_PDU, DDGSTF).
+    pub flags: u8,
+    /// Where the data starts (PDO): the header, its digest and padding come first.
+    pub pdo: usize,
+    /// Data bytes (DATAL).
+    pub data_len: usize,
+    /// A CRC32C data digest follows the data; the caller verifies it
+    /// ([`crate::tcp::crc32c_digest`] of the data against the 4 bytes after it).
+    pub data_digest: bool,
+    /// The whole PDU (PLEN).
+    pub plen: usize,
+}
+
+/// Decodes the header of an H2CData PDU from the start of `buf`, checking everything
+/// [`decode`] checks except the data digest. `Ok(None)`: not an H2CData PDU, or fewer
+/// bytes than its PDO so far. Whenever this returns a head, [`decode`] of the complete
+/// PDU returns the same fields, or a data digest error (fuzz target `data_head`).
+pub fn decode_data_head(buf: &[u8], ctx: &DecodeContext) -> Result<Option<DataHead>, PduError> {
+    let Some(plen) = frame_len(buf, ctx)? else {
+        return Ok(None);
+    };
+    let Some(ch) = CommonHeader::parse(buf) else {
+        return Ok(None);
+    };
+    if PduType::from_u8(ch.pdu_type) != Some(PduType::H2cData) {
+        return Ok(None);
+    }
+    let hlen = usize::from(ch.hlen);
+    let header_end = hlen + ctx.digests.header_len();
+    if buf.len() < header_end.max(usize::from(ch.pdo)) {
+        return Ok(None);
+    }
+    let hdgst = ch.flags & FLAG_HDGSTF != 0;
+    if hdgst != ctx.digests.header {
+        return Err(bad(1, "HDGSTF does not match negotiated header digest"));
+    }
+    if plen < header_end {
+        return Err(bad(4, "PLEN shorter than header and digest"));
+    }
+    if hdgst {
+        let received = le32(buf, hlen);
+        let computed = crc32c_digest(buf.get(..hlen).unwrap_or_default());
+        if received != computed {
+            return Err(PduError::HeaderDigest { received, computed });
+        }
+    }
+    let Some((pdo, data_end)) = data_bounds(PduType::H2cData, &ch, plen, header_end, ctx)? else {
+        return Err(bad(4, "data PDU without data"));
+    };
+    let data_len = data_end - pdo;
+    if le32(buf, 16) as usize != data_len {
+        return Err(bad(16, "DATAL does not match PDU data length"));
+    }
+    if ch.flags & FLAG_SUCCESS != 0 {
+        return Err(bad(1, "SUCCESS flag in H2CData"));
+    }
+    Ok(Some(DataHead {
+        cccid: le16(buf, 8),
+        ttag: le16(buf, 10),
+        datao: le32(buf, 12),
+        flags: ch.flags,
+        pdo,
+        data_len,
+        data_digest: ch.flags & FLAG_DDGSTF != 0,
+        plen,
+    }))
+}
+
+/// Where a digested PDU's data lies, from its header alone: `(pdo, data_end)` with the
+/// data digest (if flagged) at `data_end`, or `None` when it carries no data.
+fn data_bounds(
     ty: PduType,
     ch: &CommonHeader,
-    frame: &'a [u8],
+    plen: usize,
     header_end: usize,
     ctx: &DecodeContext,
-) -> Result<&'a [u8], PduError> {
-    let plen = frame.len();
+) -> Result<Option<(usize, usize)>, PduError> {
     let ddgstf = ch.flags & FLAG_DDGSTF != 0;
     if plen == header_end {
         // No data: PDO must be 0 (or point at the end) and no data digest flagged.
@@ -258,7 +337,7 @@ fn data_region<'a>(
         if ch.pdo != 0 && usize::from(ch.pdo) != header_end {
             return Err(bad(3, "PDO set on a PDU without data"));
         }
-        return Ok(&[]);
+        return Ok(None);
     }
     if !ty.may_carry_data() {
         return Err(bad(
@@ -284,8 +363,22 @@ fn data_region<'a>(
         .checked_sub(dd)
         .filter(|&e| e > pdo)
         .ok_or_else(|| bad(4, "PLEN leaves no room for data after PDO"))?;
+    Ok(Some((pdo, data_end)))
+}
+
+/// Locates and verifies the data of a digested PDU; empty slice when it has none.
+fn data_region<'a>(
+    ty: PduType,
+    ch: &CommonHeader,
+    frame: &'a [u8],
+    header_end: usize,
+    ctx: &DecodeContext,
+) -> Result<&'a [u8], PduError> {
+    let Some((pdo, data_end)) = data_bounds(ty, ch, frame.len(), header_end, ctx)? else {
+        return Ok(&[]);
+    };
     let data = frame.get(pdo..data_end).unwrap_or_default();
-    if ddgstf {
+    if ch.flags & FLAG_DDGSTF != 0 {
         let received = le32(frame, data_end);
         let computed = crc32c_digest(data);
         if received != computed {
