@@ -49,6 +49,35 @@ async fn reaction(q: &mut Queue, digests: Digests) -> anyhow::Result<Reaction> {
     }
 }
 
+/// Sends a WRITE of `len` bytes at `slba` whose data goes by R2T and returns the R2T.
+async fn start_r2t_write(
+    c: &mut Controller,
+    cid: u16,
+    slba: u64,
+    len: u32,
+    digests: Digests,
+) -> anyhow::Result<tcp::R2t> {
+    let mut sqe = rw_sqe(io_opc::WRITE, 1, slba, len / 4096, false);
+    sqe.set_cid(cid);
+    sqe.set_sgl(Sgl {
+        addr: 0,
+        len,
+        id: SGL_ID_TRANSPORT,
+    });
+    let mut b = Vec::new();
+    tcp::encode_capsule_cmd(&mut b, &sqe, &[], digests, 0);
+    c.io[0].send_raw(&b).await?;
+    let frame = c.io[0].read_frame().await?;
+    let ctx = DecodeContext {
+        digests,
+        ..Default::default()
+    };
+    match tcp::decode(&frame, &ctx)? {
+        Pdu::R2t(r2t) => Ok(r2t),
+        other => bail!("expected an R2T, got {other:?}"),
+    }
+}
+
 /// An I/O queue connected to a fresh controller (the victim of each attack).
 async fn io_queue(p: &QuarryProcess, digests: Digests) -> anyhow::Result<Controller> {
     let mut o = Options::new(p.nvme, NQN);
@@ -142,6 +171,45 @@ async fn nvme_hostile_pdus_terminate_and_others_keep_working() -> anyhow::Result
     c.io[0].send_raw(&b).await?;
     let r = reaction(&mut c.io[0], BOTH).await?;
     ensure!(r == Reaction::Closed, "bad data digest: {r:?}");
+    bystander_io(&mut bystander, 5).await?;
+
+    // 4b. Bad data digest on a large H2CData PDU, whose data the target reads in place
+    // rather than buffering the PDU: dropped too, and nothing of it is written.
+    let mut c = io_queue(&p, BOTH).await?;
+    let r2t = start_r2t_write(&mut c, 78, 256, 256 * 1024, BOTH).await?;
+    let mut b = Vec::new();
+    tcp::encode_h2c_data(&mut b, 78, r2t.ttag, 0, &[0xcd; 256 * 1024], true, BOTH, 0);
+    let n = b.len();
+    b[n - 1] ^= 0xff;
+    c.io[0].send_raw(&b).await?;
+    let r = reaction(&mut c.io[0], BOTH).await?;
+    ensure!(r == Reaction::Closed, "bad data digest, large PDU: {r:?}");
+    bystander_io(&mut bystander, 5).await?;
+    let got = bystander.read(0, 1, 256, 64, 4096).await?;
+    ensure!(
+        got.iter().all(|&x| x == 0),
+        "data with a bad digest was written"
+    );
+
+    // 4c. A large H2CData PDU with the wrong transfer tag: the same termination request
+    // as for any H2CData PDU the command does not expect (invalid field at byte 10).
+    let mut c = io_queue(&p, Digests::NONE).await?;
+    let r2t = start_r2t_write(&mut c, 79, 320, 256 * 1024, Digests::NONE).await?;
+    let mut b = Vec::new();
+    let wrong = r2t.ttag.wrapping_add(1);
+    tcp::encode_h2c_data(
+        &mut b,
+        79,
+        wrong,
+        0,
+        &[0xcd; 256 * 1024],
+        true,
+        Digests::NONE,
+        0,
+    );
+    c.io[0].send_raw(&b).await?;
+    let r = reaction(&mut c.io[0], Digests::NONE).await?;
+    ensure!(r == Reaction::Term { fes: 1 }, "wrong transfer tag: {r:?}");
     bystander_io(&mut bystander, 5).await?;
 
     // 5. Vanish mid-R2T: ask to write 512 KiB, take the R2T, send half, disconnect.

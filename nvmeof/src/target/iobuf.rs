@@ -183,6 +183,30 @@ impl IoBuf {
         true
     }
 
+    /// Most data bytes it takes.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// The room after the data, at most `max` bytes, for a reader to fill in place (a
+    /// socket read); [`IoBuf::commit`] then counts what it wrote as data. Its bytes are
+    /// unspecified until written.
+    pub fn spare_mut(&mut self, max: usize) -> &mut [u8] {
+        let at = self.off + self.len;
+        let n = max.min(self.cap.saturating_sub(self.len));
+        self.buf.get_mut(at..at + n).unwrap_or_default()
+    }
+
+    /// Counts `n` more bytes, written through [`IoBuf::spare_mut`], as data; false (and
+    /// nothing counted) past the capacity.
+    pub fn commit(&mut self, n: usize) -> bool {
+        if self.len.saturating_add(n) > self.cap {
+            return false;
+        }
+        self.len += n;
+        true
+    }
+
     /// Whether the data starts on an [`IO_BUF_ALIGN`] boundary (always, except for an
     /// empty default buffer).
     pub fn is_aligned(&self) -> bool {
@@ -350,6 +374,24 @@ mod tests {
             keep,
             "a huge buffer is freed, not kept"
         );
+    }
+
+    #[test]
+    fn spare_room_is_filled_in_place_up_to_the_capacity() {
+        let mut b = IoBuf::with_capacity(10);
+        assert!(b.extend_from_slice(&[1, 2]));
+        let room = b.spare_mut(100);
+        assert_eq!(room.len(), 8, "bounded by the capacity");
+        room[..3].copy_from_slice(&[3, 4, 5]);
+        assert!(b.commit(3));
+        assert_eq!(&*b, &[1, 2, 3, 4, 5]);
+        assert_eq!(b.spare_mut(2).len(), 2, "bounded by the ask");
+        assert!(!b.commit(6), "one past the capacity");
+        assert_eq!(b.len(), 5);
+        assert!(b.commit(5));
+        assert!(b.spare_mut(1).is_empty());
+        assert_eq!(b.capacity(), 10);
+        assert!(IoBuf::default().spare_mut(4).is_empty());
     }
 
     #[test]

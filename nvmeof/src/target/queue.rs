@@ -594,7 +594,6 @@ impl Queue {
         let Some(cmd) = self.inflight.get_mut(&d.cccid) else {
             return self.fatal(TermReqFes::InvalidHeaderField, 8, header);
         };
-        let total = cmd.sqe.sgl().len as usize;
         let CmdState::Receiving { buf, ttag } = &mut cmd.state else {
             return self.fatal(TermReqFes::PduSequenceError, 0, header);
         };
@@ -608,7 +607,20 @@ impl Queue {
         if d.data.len() > MAX_H2C_DATA as usize || !buf.extend_from_slice(d.data) {
             return self.fatal(TermReqFes::DataTransferOutOfRange, 16, header);
         }
-        let last = d.flags & tcp::FLAG_LAST_PDU != 0;
+        self.after_h2c_data(d.cccid, d.flags, header, now_ms);
+    }
+
+    /// After an H2CData PDU's data went into its command's buffer: checks LAST_PDU
+    /// against the data received and runs the command once its data is complete.
+    fn after_h2c_data(&mut self, cccid: u16, flags: u8, header: &[u8], now_ms: u64) {
+        let Some(cmd) = self.inflight.get_mut(&cccid) else {
+            return;
+        };
+        let total = cmd.sqe.sgl().len as usize;
+        let CmdState::Receiving { buf, .. } = &mut cmd.state else {
+            return;
+        };
+        let last = flags & tcp::FLAG_LAST_PDU != 0;
         let complete = buf.len() == total;
         if last != complete {
             return self.fatal(TermReqFes::PduSequenceError, 1, header);
@@ -617,9 +629,56 @@ impl Queue {
             let data = std::mem::take(buf);
             cmd.state = CmdState::Running;
             self.r2t_active = self.r2t_active.saturating_sub(1);
-            self.dispatch(d.cccid, data, now_ms);
+            self.dispatch(cccid, data, now_ms);
             self.pump_r2t();
         }
+    }
+
+    /// Lends the transport the buffer an H2CData PDU's data goes into, so that it reads
+    /// the data from the socket straight into it (no copy of a whole buffered PDU): `Some`
+    /// only when [`Queue::handle_pdu`] would take this PDU's data, with the buffer holding
+    /// the data received so far. On `None` the transport passes the complete PDU to
+    /// `handle_pdu` as usual, which reports whatever is wrong with it.
+    pub fn lend_h2c_buffer(&mut self, head: &tcp::DataHead) -> Option<IoBuf> {
+        if self.phase != Phase::Live || head.data_len > MAX_H2C_DATA as usize {
+            return None;
+        }
+        let cmd = self.inflight.get_mut(&head.cccid)?;
+        let CmdState::Receiving { buf, ttag } = &mut cmd.state else {
+            return None;
+        };
+        let fits = buf.len().checked_add(head.data_len)? <= buf.capacity();
+        if *ttag != head.ttag || head.datao as usize != buf.len() || !fits {
+            return None;
+        }
+        Some(std::mem::take(buf))
+    }
+
+    /// Takes back a buffer lent by [`Queue::lend_h2c_buffer`] with the PDU's data (and its
+    /// digest, if any, verified) appended, and goes on as [`Queue::handle_pdu`] does after
+    /// taking an H2CData PDU's data. `header`: the PDU's header bytes, for error reports.
+    pub fn h2c_data_placed(
+        &mut self,
+        head: &tcp::DataHead,
+        data: IoBuf,
+        header: &[u8],
+        now_ms: u64,
+    ) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        if let Some(c) = &self.ctrl {
+            c.touch(now_ms);
+        }
+        // The command may have ended while its data was read (the queue was torn down).
+        let Some(cmd) = self.inflight.get_mut(&head.cccid) else {
+            return self.fatal(TermReqFes::InvalidHeaderField, 8, header);
+        };
+        let CmdState::Receiving { buf, .. } = &mut cmd.state else {
+            return self.fatal(TermReqFes::PduSequenceError, 0, header);
+        };
+        *buf = data;
+        self.after_h2c_data(head.cccid, head.flags, header, now_ms);
     }
 
     /// Runs a command whose data (if any) is complete.

@@ -14,6 +14,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
+mod placement;
+
+use placement::{Placing, PLACE_MIN};
+
 use crate::target::io::IoOutcome;
 use crate::target::{IoBuf, IoFinished, ListenerInfo, Output, Queue, QueueIo, Target};
 use crate::tcp::{decode, frame_len, PduType, COMMON_HEADER_LEN};
@@ -144,6 +148,24 @@ async fn write_all_pdus<W: tokio::io::AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// Reads what the socket has: into the command's buffer while a PDU's data is placed,
+/// else into the receive buffer. Cancel-safe, as the `select!` it runs in needs: the
+/// placed bytes are counted in the same poll that reads them.
+async fn read_some(
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    rx: &mut BytesMut,
+    placing: &mut Option<Placing>,
+) -> std::io::Result<usize> {
+    if let Some(room) = placing.as_mut().and_then(Placing::room) {
+        let n = rd.read(room).await?;
+        if let Some(p) = placing.as_mut() {
+            p.filled(n);
+        }
+        return Ok(n);
+    }
+    rd.read_buf(rx).await
+}
+
 /// Serves NVMe/TCP on `listener` until `shutdown` is cancelled.
 /// `advertised` overrides the address put in discovery log entries (else the local
 /// address each connection arrived on).
@@ -251,10 +273,12 @@ pub async fn connection(
     let mut waker_installed = false;
     let mut tick = tokio::time::interval(TICK);
     let opened = Instant::now();
+    // A large H2CData PDU whose data the socket reads straight into its command's buffer.
+    let mut placing: Option<Placing> = None;
     let result = loop {
         tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
-            r = rd.read_buf(&mut buf) => {
+            r = read_some(&mut rd, &mut buf, &mut placing) => {
                 match r {
                     Ok(0) => break Ok(()),
                     Ok(_) => {}
@@ -263,6 +287,15 @@ pub async fn connection(
                 let now = ms_since(start);
                 // Handle every complete PDU in the buffer.
                 loop {
+                    if placing.as_ref().is_some_and(|p| !p.ready(&buf)) {
+                        break;
+                    }
+                    if let Some(p) = placing.take() {
+                        p.finish(&mut buf, &mut q, now);
+                        if q.is_closed() {
+                            break;
+                        }
+                    }
                     let ctx = q.decode_context();
                     match frame_len(&buf, &ctx) {
                         Ok(Some(n)) if buf.len() >= n => {
@@ -278,6 +311,12 @@ pub async fn connection(
                             buf.advance(n);
                         }
                         Ok(Some(n)) => {
+                            if n >= PLACE_MIN && buf.first() == Some(&(PduType::H2cData as u8)) {
+                                placing = Placing::start(&mut buf, &mut q, &ctx, TERM_ECHO);
+                                if placing.is_some() {
+                                    continue;
+                                }
+                            }
                             buf.reserve(n - buf.len());
                             break;
                         }
