@@ -78,6 +78,32 @@ async fn start_r2t_write(
     }
 }
 
+/// Waits for the target's answer to a 128 KiB in-capsule write on `c` (a success, or the
+/// connection dropped when `dropped`), then reads the 32 blocks at `slba` back through
+/// the bystander.
+async fn bystander_read_after(
+    c: &mut Controller,
+    bystander: &mut Controller,
+    slba: u64,
+    dropped: bool,
+) -> anyhow::Result<Vec<u8>> {
+    if dropped {
+        let r = reaction(&mut c.io[0], BOTH).await?;
+        ensure!(r == Reaction::Closed, "bad in-capsule data digest: {r:?}");
+    } else {
+        let frame = c.io[0].read_frame().await?;
+        let ctx = DecodeContext {
+            digests: BOTH,
+            ..Default::default()
+        };
+        match tcp::decode(&frame, &ctx)? {
+            Pdu::CapsuleResp(r) if r.cqe.status == 0 => {}
+            other => bail!("128 KiB in-capsule write: {other:?}"),
+        }
+    }
+    bystander.read(0, 1, slba, 32, 4096).await
+}
+
 /// An I/O queue connected to a fresh controller (the victim of each attack).
 async fn io_queue(p: &QuarryProcess, digests: Digests) -> anyhow::Result<Controller> {
     let mut o = Options::new(p.nvme, NQN);
@@ -211,6 +237,37 @@ async fn nvme_hostile_pdus_terminate_and_others_keep_working() -> anyhow::Result
     let r = reaction(&mut c.io[0], Digests::NONE).await?;
     ensure!(r == Reaction::Term { fes: 1 }, "wrong transfer tag: {r:?}");
     bystander_io(&mut bystander, 5).await?;
+
+    // 4d. A 128 KiB write with its data in the capsule (read in place by the target):
+    // written exactly with digests on; with a bad data digest the connection is dropped
+    // and nothing is written.
+    for (slba, corrupt) in [(384u64, false), (448, true)] {
+        let mut c = io_queue(&p, BOTH).await?;
+        let data = pattern(slba, 4, 128 * 1024);
+        let mut sqe = rw_sqe(io_opc::WRITE, 1, slba, 32, false);
+        sqe.set_cid(80);
+        sqe.set_sgl(Sgl {
+            addr: 0,
+            len: 128 * 1024,
+            id: quarry_nvmeof::spec::SGL_ID_INCAPSULE,
+        });
+        let mut b = Vec::new();
+        tcp::encode_capsule_cmd(&mut b, &sqe, &data, BOTH, 0);
+        if corrupt {
+            let n = b.len();
+            b[n - 1] ^= 0xff;
+        }
+        c.io[0].send_raw(&b).await?;
+        let got = bystander_read_after(&mut c, &mut bystander, slba, corrupt).await?;
+        if corrupt {
+            ensure!(
+                got.iter().all(|&x| x == 0),
+                "in-capsule data with a bad digest was written"
+            );
+        } else {
+            ensure!(got == data, "in-capsule 128 KiB write read back differs");
+        }
+    }
 
     // 5. Vanish mid-R2T: ask to write 512 KiB, take the R2T, send half, disconnect.
     let mut c = io_queue(&p, Digests::NONE).await?;

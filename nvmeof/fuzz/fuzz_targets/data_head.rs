@@ -1,11 +1,11 @@
-//! Differential: an H2CData header decoded alone (`decode_data_head`, what the transport
-//! uses to read large data in place) must agree with `decode` of the complete PDU, on
-//! any prefix of it. Whenever the head is accepted, the full decode accepts the same
+//! Differential: the header of an H2CData PDU or of a command capsule with data, decoded
+//! alone (`decode_data_head`, what the transport uses to read large write data in place),
+//! must agree with `decode` of the complete PDU, on any prefix of it. Whenever the head is accepted, the full decode accepts the same
 //! fields or fails only on the data digest, which the transport checks itself.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use quarry_nvmeof::tcp::{self, DecodeContext, Digests, Pdu, PduError};
+use quarry_nvmeof::tcp::{self, DecodeContext, Digests, HeadOf, Pdu, PduError};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&sel, rest)) = data.split_first() else {
@@ -38,11 +38,20 @@ fuzz_target!(|data: &[u8]| {
     };
     match full {
         Ok(Pdu::H2cData(d)) => {
-            assert_eq!(
-                (head.cccid, head.ttag, head.datao, head.flags),
-                (d.cccid, d.ttag, d.datao, d.flags)
-            );
+            let of = HeadOf::H2cData {
+                cccid: d.cccid,
+                ttag: d.ttag,
+                datao: d.datao,
+            };
+            assert_eq!((head.of, head.flags), (of, d.flags));
             assert_eq!(frame.get(head.pdo..head.pdo + head.data_len), Some(d.data));
+            assert_eq!(head.plen, n);
+            assert_eq!(head.data_digest, ctx.digests.data);
+        }
+        Ok(Pdu::CapsuleCmd(c)) => {
+            assert_eq!(head.of, HeadOf::CapsuleCmd(c.sqe));
+            assert_eq!(frame.get(head.pdo..head.pdo + head.data_len), Some(c.data));
+            assert!(!c.data.is_empty());
             assert_eq!(head.plen, n);
             assert_eq!(head.data_digest, ctx.digests.data);
         }

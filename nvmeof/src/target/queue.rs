@@ -94,6 +94,23 @@ enum Dir {
     C2h,
 }
 
+/// A command capsule's in-capsule data: in the received PDU, or already in a buffer of
+/// its own (read there by the transport, [`Queue::capsule_placed`]).
+enum InCapsule<'a> {
+    Borrowed(&'a [u8]),
+    Owned(IoBuf),
+}
+
+impl std::ops::Deref for InCapsule<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            InCapsule::Borrowed(d) => d,
+            InCapsule::Owned(b) => b,
+        }
+    }
+}
+
 enum CmdState {
     /// Waiting for an R2T slot.
     WaitR2t { len: u32 },
@@ -304,13 +321,22 @@ impl Queue {
         }
     }
 
-    /// Handles one decoded PDU from the host.
-    pub fn handle_pdu(&mut self, pdu: Pdu<'_>, header: &[u8], now_ms: u64) {
+    /// What every PDU from the host does first: false if the queue is closed (the PDU is
+    /// ignored); else the controller's keep-alive timer restarts.
+    fn pdu_arrived(&mut self, now_ms: u64) -> bool {
         if self.phase == Phase::Closed {
-            return;
+            return false;
         }
         if let Some(c) = &self.ctrl {
             c.touch(now_ms);
+        }
+        true
+    }
+
+    /// Handles one decoded PDU from the host.
+    pub fn handle_pdu(&mut self, pdu: Pdu<'_>, header: &[u8], now_ms: u64) {
+        if !self.pdu_arrived(now_ms) {
+            return;
         }
         match (self.phase, pdu) {
             (Phase::AwaitIcReq, Pdu::IcReq(r)) => {
@@ -340,7 +366,9 @@ impl Queue {
                 tracing::info!(peer = %self.peer, fes = t.fes, fei = t.fei, "host terminated connection");
                 self.close();
             }
-            (_, Pdu::CapsuleCmd(c)) => self.on_capsule(c.sqe, c.data, header, now_ms),
+            (_, Pdu::CapsuleCmd(c)) => {
+                self.on_capsule(c.sqe, InCapsule::Borrowed(c.data), header, now_ms)
+            }
             (Phase::Live, Pdu::H2cData(d)) => self.on_h2c_data(d, header, now_ms),
             _ => self.fatal(TermReqFes::PduSequenceError, 0, header),
         }
@@ -363,7 +391,7 @@ impl Queue {
         }
         let data = capsule.get(SQE_LEN..).unwrap_or_default();
         self.current = Some(sqe);
-        self.on_capsule(sqe, data, head, now_ms);
+        self.on_capsule(sqe, InCapsule::Borrowed(data), head, now_ms);
         self.current = None;
     }
 
@@ -412,7 +440,8 @@ impl Queue {
         }
     }
 
-    fn on_capsule(&mut self, sqe: Sqe, data: &[u8], header: &[u8], now_ms: u64) {
+    fn on_capsule(&mut self, sqe: Sqe, in_capsule: InCapsule<'_>, header: &[u8], now_ms: u64) {
+        let data: &[u8] = &in_capsule;
         let cid = sqe.cid();
         self.advance_sqhd();
         if self.phase == Phase::AwaitConnect {
@@ -460,7 +489,11 @@ impl Queue {
                         match data.get(start..end) {
                             // The limit this listener's Identify advertised (IOCCSZ).
                             Some(d) if sgl.len <= max_incapsule_data(self.listener.trtype) => {
-                                let d = IoBuf::copy_from(d);
+                                let d = match in_capsule {
+                                    // Placed by the transport: all of it is the data.
+                                    InCapsule::Owned(b) if start == 0 && end == b.len() => b,
+                                    _ => IoBuf::copy_from(d),
+                                };
                                 self.inflight.insert(
                                     cid,
                                     Cmd {
@@ -640,15 +673,18 @@ impl Queue {
     /// the data received so far. On `None` the transport passes the complete PDU to
     /// `handle_pdu` as usual, which reports whatever is wrong with it.
     pub fn lend_h2c_buffer(&mut self, head: &tcp::DataHead) -> Option<IoBuf> {
+        let tcp::HeadOf::H2cData { cccid, ttag, datao } = head.of else {
+            return None;
+        };
         if self.phase != Phase::Live || head.data_len > MAX_H2C_DATA as usize {
             return None;
         }
-        let cmd = self.inflight.get_mut(&head.cccid)?;
-        let CmdState::Receiving { buf, ttag } = &mut cmd.state else {
+        let cmd = self.inflight.get_mut(&cccid)?;
+        let CmdState::Receiving { buf, ttag: want } = &mut cmd.state else {
             return None;
         };
         let fits = buf.len().checked_add(head.data_len)? <= buf.capacity();
-        if *ttag != head.ttag || head.datao as usize != buf.len() || !fits {
+        if *want != ttag || datao as usize != buf.len() || !fits {
             return None;
         }
         Some(std::mem::take(buf))
@@ -664,21 +700,34 @@ impl Queue {
         header: &[u8],
         now_ms: u64,
     ) {
-        if self.phase == Phase::Closed {
+        let tcp::HeadOf::H2cData { cccid, .. } = head.of else {
+            return;
+        };
+        if !self.pdu_arrived(now_ms) {
             return;
         }
-        if let Some(c) = &self.ctrl {
-            c.touch(now_ms);
-        }
         // The command may have ended while its data was read (the queue was torn down).
-        let Some(cmd) = self.inflight.get_mut(&head.cccid) else {
+        let Some(cmd) = self.inflight.get_mut(&cccid) else {
             return self.fatal(TermReqFes::InvalidHeaderField, 8, header);
         };
         let CmdState::Receiving { buf, .. } = &mut cmd.state else {
             return self.fatal(TermReqFes::PduSequenceError, 0, header);
         };
         *buf = data;
-        self.after_h2c_data(head.cccid, head.flags, header, now_ms);
+        self.after_h2c_data(cccid, head.flags, header, now_ms);
+    }
+
+    /// A command capsule whose in-capsule data the transport read straight into `data`
+    /// (digest verified): handled as [`Queue::handle_pdu`] handles the same capsule, the
+    /// data taken as it is instead of copied.
+    pub fn capsule_placed(&mut self, sqe: Sqe, data: IoBuf, header: &[u8], now_ms: u64) {
+        if !self.pdu_arrived(now_ms) {
+            return;
+        }
+        if self.phase == Phase::AwaitIcReq {
+            return self.fatal(TermReqFes::PduSequenceError, 0, header);
+        }
+        self.on_capsule(sqe, InCapsule::Owned(data), header, now_ms);
     }
 
     /// Runs a command whose data (if any) is complete.

@@ -240,22 +240,35 @@ pub fn decode<'a>(frame: &'a [u8], ctx: &DecodeContext) -> Result<Pdu<'a>, PduEr
     })
 }
 
-/// An H2CData PDU known from its header alone (the bytes before its data), so that a
-/// transport can read a large PDU's data from the socket straight into the command's
-/// buffer instead of buffering the whole PDU first.
+/// What a data-carrying PDU is, from its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadOf {
+    /// Host to controller data, for the command `cccid`.
+    H2cData {
+        /// Command capsule CID the data belongs to.
+        cccid: u16,
+        /// Transfer tag from the R2T.
+        ttag: u16,
+        /// Offset of the data within the command's transfer.
+        datao: u32,
+    },
+    /// A command capsule with in-capsule data.
+    CapsuleCmd(Sqe),
+}
+
+/// A data-carrying PDU from the host (H2CData, or a command capsule with in-capsule
+/// data) known from its header alone (the bytes before its data), so that a transport
+/// can read a large PDU's data from the socket straight into an aligned buffer instead
+/// of buffering the whole PDU first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataHead {
-    /// Command capsule CID the data belongs to.
-    pub cccid: u16,
-    /// Transfer tag from the R2T.
-    pub ttag: u16,
-    /// Offset of the data within the command's transfer.
-    pub datao: u32,
+    /// The PDU and its header fields.
+    pub of: HeadOf,
     /// Raw flags (LAST_PDU, DDGSTF).
     pub flags: u8,
     /// Where the data starts (PDO): the header, its digest and padding come first.
     pub pdo: usize,
-    /// Data bytes (DATAL).
+    /// Data bytes.
     pub data_len: usize,
     /// A CRC32C data digest follows the data; the caller verifies it
     /// ([`crate::tcp::crc32c_digest`] of the data against the 4 bytes after it).
@@ -264,10 +277,11 @@ pub struct DataHead {
     pub plen: usize,
 }
 
-/// Decodes the header of an H2CData PDU from the start of `buf`, checking everything
-/// [`decode`] checks except the data digest. `Ok(None)`: not an H2CData PDU, or fewer
-/// bytes than its PDO so far. Whenever this returns a head, [`decode`] of the complete
-/// PDU returns the same fields, or a data digest error (fuzz target `data_head`).
+/// Decodes the header of an H2CData PDU, or of a command capsule with data, from the
+/// start of `buf`, checking everything [`decode`] checks except the data digest.
+/// `Ok(None)`: another PDU type, a capsule without data, or fewer bytes than its PDO so
+/// far. Whenever this returns a head, [`decode`] of the complete PDU returns the same
+/// fields, or a data digest error (fuzz target `data_head`).
 pub fn decode_data_head(buf: &[u8], ctx: &DecodeContext) -> Result<Option<DataHead>, PduError> {
     let Some(plen) = frame_len(buf, ctx)? else {
         return Ok(None);
@@ -275,9 +289,10 @@ pub fn decode_data_head(buf: &[u8], ctx: &DecodeContext) -> Result<Option<DataHe
     let Some(ch) = CommonHeader::parse(buf) else {
         return Ok(None);
     };
-    if PduType::from_u8(ch.pdu_type) != Some(PduType::H2cData) {
-        return Ok(None);
-    }
+    let ty = match PduType::from_u8(ch.pdu_type) {
+        Some(ty @ (PduType::H2cData | PduType::CapsuleCmd)) => ty,
+        _ => return Ok(None),
+    };
     let hlen = usize::from(ch.hlen);
     let header_end = hlen + ctx.digests.header_len();
     if buf.len() < header_end.max(usize::from(ch.pdo)) {
@@ -297,23 +312,35 @@ pub fn decode_data_head(buf: &[u8], ctx: &DecodeContext) -> Result<Option<DataHe
             return Err(PduError::HeaderDigest { received, computed });
         }
     }
-    let Some((pdo, data_end)) = data_bounds(PduType::H2cData, &ch, plen, header_end, ctx)? else {
-        return Err(bad(4, "data PDU without data"));
+    let bounds = data_bounds(ty, &ch, plen, header_end, ctx)?;
+    let of = match (ty, bounds) {
+        (PduType::CapsuleCmd, None) => return Ok(None),
+        (PduType::CapsuleCmd, Some(_)) => {
+            let mut sqe = [0u8; SQE_LEN];
+            sqe.copy_from_slice(buf.get(COMMON_HEADER_LEN..hlen).unwrap_or(&[0; SQE_LEN]));
+            HeadOf::CapsuleCmd(Sqe::from_bytes(sqe))
+        }
+        (_, None) => return Err(bad(4, "data PDU without data")),
+        (_, Some((pdo, data_end))) => {
+            if le32(buf, 16) as usize != data_end - pdo {
+                return Err(bad(16, "DATAL does not match PDU data length"));
+            }
+            if ch.flags & FLAG_SUCCESS != 0 {
+                return Err(bad(1, "SUCCESS flag in H2CData"));
+            }
+            HeadOf::H2cData {
+                cccid: le16(buf, 8),
+                ttag: le16(buf, 10),
+                datao: le32(buf, 12),
+            }
+        }
     };
-    let data_len = data_end - pdo;
-    if le32(buf, 16) as usize != data_len {
-        return Err(bad(16, "DATAL does not match PDU data length"));
-    }
-    if ch.flags & FLAG_SUCCESS != 0 {
-        return Err(bad(1, "SUCCESS flag in H2CData"));
-    }
+    let (pdo, data_end) = bounds.unwrap_or_default();
     Ok(Some(DataHead {
-        cccid: le16(buf, 8),
-        ttag: le16(buf, 10),
-        datao: le32(buf, 12),
+        of,
         flags: ch.flags,
         pdo,
-        data_len,
+        data_len: data_end - pdo,
         data_digest: ch.flags & FLAG_DDGSTF != 0,
         plen,
     }))

@@ -358,13 +358,22 @@ fn head_agrees_with_decode(pdu: &[u8], dc: &DecodeContext) {
     let head = decode_data_head(&pdu[..pdo.max(8)], dc);
     match (&full, &head) {
         (Ok(Pdu::H2cData(d)), Ok(Some(h))) => {
-            assert_eq!(
-                (h.cccid, h.ttag, h.datao, h.flags),
-                (d.cccid, d.ttag, d.datao, d.flags)
-            );
+            let of = HeadOf::H2cData {
+                cccid: d.cccid,
+                ttag: d.ttag,
+                datao: d.datao,
+            };
+            assert_eq!((h.of, h.flags), (of, d.flags));
             assert_eq!(&pdu[h.pdo..h.pdo + h.data_len], d.data);
             assert_eq!((h.plen, h.data_digest), (pdu.len(), dc.digests.data));
         }
+        (Ok(Pdu::CapsuleCmd(c)), Ok(Some(h))) => {
+            assert_eq!(h.of, HeadOf::CapsuleCmd(c.sqe));
+            assert_eq!(&pdu[h.pdo..h.pdo + h.data_len], c.data);
+            assert_eq!((h.plen, h.data_digest), (pdu.len(), dc.digests.data));
+        }
+        // A capsule without data is not a data head.
+        (Ok(Pdu::CapsuleCmd(c)), Ok(None)) => assert!(c.data.is_empty()),
         (Err(PduError::DataDigest { .. }), Ok(Some(_))) => {}
         (Err(a), Err(b)) => assert_eq!(a, b),
         other => panic!("head and full decode disagree: {other:?}"),
@@ -420,6 +429,30 @@ fn data_head_matches_the_full_decode_with_and_without_digests() {
                 head_agrees_with_decode(&bad, &dc);
             }
         }
+    }
+    // Command capsules with in-capsule data, and without.
+    for d in [Digests::NONE, BOTH] {
+        let dc = ctx(d);
+        let mut sqe = Sqe::new(0x01, 42);
+        sqe.set_sgl(Sgl {
+            addr: 0,
+            len: payload.len() as u32,
+            id: SGL_ID_INCAPSULE,
+        });
+        let mut out = Vec::new();
+        encode_capsule_cmd(&mut out, &sqe, &payload, d, 0);
+        head_agrees_with_decode(&out, &dc);
+        let mut bad = out.clone();
+        bad[1] ^= FLAG_DDGSTF;
+        head_agrees_with_decode(&bad, &dc);
+        if d.data {
+            let n = out.len();
+            out[n - 1] ^= 0xff;
+            head_agrees_with_decode(&out, &dc);
+        }
+        let mut empty = Vec::new();
+        encode_capsule_cmd(&mut empty, &sqe, &[], d, 0);
+        head_agrees_with_decode(&empty, &dc);
     }
     // Other PDU types are not data heads.
     let mut r2t = Vec::new();

@@ -311,7 +311,8 @@ pub async fn connection(
                             buf.advance(n);
                         }
                         Ok(Some(n)) => {
-                            if n >= PLACE_MIN && buf.first() == Some(&(PduType::H2cData as u8)) {
+                            let carries_writes = [PduType::H2cData as u8, PduType::CapsuleCmd as u8];
+                            if n >= PLACE_MIN && buf.first().is_some_and(|t| carries_writes.contains(t)) {
                                 placing = Placing::start(&mut buf, &mut q, &ctx, TERM_ECHO);
                                 if placing.is_some() {
                                     continue;

@@ -1,25 +1,31 @@
-//! Large H2CData PDUs received in place: once a write's data PDU header is in, its data
-//! is read from the socket straight into the command's buffer (lent by the queue,
-//! [`Queue::lend_h2c_buffer`]) instead of the whole PDU being buffered and then copied.
-//! Why: a 128 KiB write otherwise crossed user space twice (the receive buffer grown or
-//! compacted around the PDU, then the copy into the command's buffer): 24% of Quarry's
-//! samples in 128 KiB sequential writes (tests/bench/nvme.md).
+//! Large write data received in place: once the header of a PDU carrying write data is
+//! in (H2CData, or a command capsule with in-capsule data), its data is read from the
+//! socket straight into an aligned buffer the command then writes from, instead of the
+//! whole PDU being buffered and its data copied out. Why: a 128 KiB write otherwise
+//! crossed user space twice (the receive buffer grown or compacted around the PDU, then
+//! the copy into the command's buffer): 24% of Quarry's samples in 128 KiB sequential
+//! writes (tests/bench/nvme.md).
 //!
-//! Only PDUs the queue would take go this way; anything else (small, malformed, not
-//! expected) is buffered whole and handled by [`Queue::handle_pdu`] as before, so the
-//! errors a host sees do not change. The data digest, if negotiated, is checked over the
-//! placed data before the queue sees it.
+//! H2CData goes this way only when the queue would take it ([`Queue::lend_h2c_buffer`]
+//! lends the command's buffer); a capsule's data goes into a pooled buffer of its own
+//! and the queue then handles the capsule exactly as if it had been buffered whole
+//! ([`Queue::capsule_placed`]). Anything else (small, malformed, not expected) is
+//! buffered whole and handled by [`Queue::handle_pdu`] as before, so the errors a host
+//! sees do not change. The data digest, if negotiated, is checked over the placed data
+//! before the queue sees it.
 
 use bytes::{Buf, BytesMut};
 
 use crate::target::{IoBuf, Queue};
-use crate::tcp::{crc32c_digest, decode_data_head, DataHead, DecodeContext, PduError, DIGEST_LEN};
+use crate::tcp::{
+    crc32c_digest, decode_data_head, DataHead, DecodeContext, HeadOf, PduError, DIGEST_LEN,
+};
 
 /// H2CData PDUs at least this long (PLEN) are received in place; shorter ones cost
 /// less to buffer whole than to place.
 pub(super) const PLACE_MIN: usize = 32 * 1024;
 
-/// An H2CData PDU whose data is being read into its command's buffer.
+/// A PDU whose write data is being read into its buffer.
 pub(super) struct Placing {
     head: DataHead,
     /// The PDU's header bytes, echoed in a termination request.
@@ -32,9 +38,10 @@ pub(super) struct Placing {
 }
 
 impl Placing {
-    /// Starts placing the H2CData PDU at the front of `rx` when it is at least
-    /// [`PLACE_MIN`] long, not all received yet, and one the queue takes: its header and
-    /// the data already received are consumed from `rx`. `None` leaves `rx` untouched.
+    /// Starts placing the PDU at the front of `rx` when it carries write data, is at
+    /// least [`PLACE_MIN`] long, is not all received yet, and (H2CData) is one the queue
+    /// takes: its header and the data already received are consumed from `rx`. `None`
+    /// leaves `rx` untouched.
     pub(super) fn start(
         rx: &mut BytesMut,
         q: &mut Queue,
@@ -45,7 +52,11 @@ impl Placing {
         if head.plen < PLACE_MIN || rx.len() >= head.plen {
             return None;
         }
-        let mut buf = q.lend_h2c_buffer(&head)?;
+        let mut buf = match head.of {
+            HeadOf::H2cData { .. } => q.lend_h2c_buffer(&head)?,
+            // Bounded by the PDU length the decoder accepts, as buffering it whole is.
+            HeadOf::CapsuleCmd(_) => IoBuf::with_capacity(head.data_len),
+        };
         let echo = rx.get(..head.pdo.min(echo_len))?.to_vec();
         let start = buf.len();
         rx.advance(head.pdo);
@@ -98,6 +109,9 @@ impl Placing {
                 return q.decode_error(&PduError::DataDigest { received, computed }, &self.echo);
             }
         }
-        q.h2c_data_placed(&self.head, self.buf, &self.echo, now_ms);
+        match self.head.of {
+            HeadOf::H2cData { .. } => q.h2c_data_placed(&self.head, self.buf, &self.echo, now_ms),
+            HeadOf::CapsuleCmd(sqe) => q.capsule_placed(sqe, self.buf, &self.echo, now_ms),
+        }
     }
 }
