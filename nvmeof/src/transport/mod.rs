@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Notify};
@@ -34,6 +34,9 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_CONNECTIONS: usize = 4096;
 /// Initial receive buffer per connection.
 const RECV_BUF: usize = 64 * 1024;
+/// Most bytes read into the receive buffer right after a large write's PDU: its
+/// successor's header and some data (see [`read_some`]).
+const HEAD_READ: usize = 4096;
 /// Bytes of an offending PDU echoed in a termination request.
 const TERM_ECHO: usize = 72;
 /// Storage completions taken per wake-up of a connection before its answers are sent
@@ -148,13 +151,25 @@ async fn write_all_pdus<W: tokio::io::AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// Whether the PDU at the front of `rx` is one that carries write data (H2CData, or a
+/// command capsule, which may have in-capsule data).
+fn carries_writes(rx: &[u8]) -> bool {
+    rx.first()
+        .is_some_and(|&t| t == PduType::H2cData as u8 || t == PduType::CapsuleCmd as u8)
+}
+
 /// Reads what the socket has: into the command's buffer while a PDU's data is placed,
 /// else into the receive buffer. Cancel-safe, as the `select!` it runs in needs: the
 /// placed bytes are counted in the same poll that reads them.
+///
+/// `head_only`: the last PDU carried a large write's data, so the next likely does too;
+/// only [`HEAD_READ`] bytes go into the receive buffer, enough for its header, so that
+/// its data is placed rather than read here and copied.
 async fn read_some(
     rd: &mut tokio::net::tcp::OwnedReadHalf,
     rx: &mut BytesMut,
     placing: &mut Option<Placing>,
+    head_only: bool,
 ) -> std::io::Result<usize> {
     if let Some(room) = placing.as_mut().and_then(Placing::room) {
         let n = rd.read(room).await?;
@@ -162,6 +177,9 @@ async fn read_some(
             p.filled(n);
         }
         return Ok(n);
+    }
+    if head_only {
+        return rd.read_buf(&mut (&mut *rx).limit(HEAD_READ)).await;
     }
     rd.read_buf(rx).await
 }
@@ -273,12 +291,14 @@ pub async fn connection(
     let mut waker_installed = false;
     let mut tick = tokio::time::interval(TICK);
     let opened = Instant::now();
-    // A large H2CData PDU whose data the socket reads straight into its command's buffer.
+    // A large write's PDU whose data the socket reads straight into its own buffer.
     let mut placing: Option<Placing> = None;
+    // The last PDU carried a large write's data (see `read_some`).
+    let mut large_writes = false;
     let result = loop {
         tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
-            r = read_some(&mut rd, &mut buf, &mut placing) => {
+            r = read_some(&mut rd, &mut buf, &mut placing, large_writes) => {
                 match r {
                     Ok(0) => break Ok(()),
                     Ok(_) => {}
@@ -302,6 +322,7 @@ pub async fn connection(
                             if q.controller().is_none() && is_admin_connect(&buf) {
                                 refresh_config(&target).await;
                             }
+                            large_writes = n >= PLACE_MIN && carries_writes(&buf);
                             let frame = &buf[..n];
                             let echo = &frame[..n.min(TERM_ECHO)];
                             match decode(frame, &ctx) {
@@ -311,11 +332,15 @@ pub async fn connection(
                             buf.advance(n);
                         }
                         Ok(Some(n)) => {
-                            let carries_writes = [PduType::H2cData as u8, PduType::CapsuleCmd as u8];
-                            if n >= PLACE_MIN && buf.first().is_some_and(|t| carries_writes.contains(t)) {
+                            if n >= PLACE_MIN && carries_writes(&buf) {
                                 placing = Placing::start(&mut buf, &mut q, &ctx, TERM_ECHO);
                                 if placing.is_some() {
+                                    large_writes = true;
                                     continue;
+                                }
+                                // Its header first: the PDU may still be placed.
+                                if !placement::header_in(&buf, &ctx) {
+                                    break;
                                 }
                             }
                             buf.reserve(n - buf.len());

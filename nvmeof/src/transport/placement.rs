@@ -25,6 +25,17 @@ use crate::tcp::{
 /// less to buffer whole than to place.
 pub(super) const PLACE_MIN: usize = 32 * 1024;
 
+/// Whether the header of the PDU at the front of `rx` (up to its data) is all in.
+pub(super) fn header_in(rx: &[u8], ctx: &DecodeContext) -> bool {
+    match (rx.get(2), rx.get(3)) {
+        (Some(&hlen), Some(&pdo)) => {
+            let header_end = usize::from(hlen) + ctx.digests.header_len();
+            rx.len() >= header_end.max(usize::from(pdo))
+        }
+        _ => false,
+    }
+}
+
 /// A PDU whose write data is being read into its buffer.
 pub(super) struct Placing {
     head: DataHead,
