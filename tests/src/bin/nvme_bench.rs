@@ -5,7 +5,7 @@
 //!
 //! ```sh
 //! cargo build --release -p quarry -p quarry-tests
-//! QUARRY_BIN=target/release/quarry target/release/nvme_bench [--seconds 10] [--size-mib 1024] [--out DIR] [--incapsule-kib N]
+//! QUARRY_BIN=target/release/quarry target/release/nvme_bench [--seconds 10] [--size-mib 1024] [--out DIR] [--incapsule-kib N] [--only TEXT]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -110,6 +110,8 @@ struct Args {
     size_mib: u64,
     out: PathBuf,
     incapsule_kib: Option<u32>,
+    /// Only the workloads whose name contains this (an A/B of one workload).
+    only: Option<String>,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -118,6 +120,7 @@ fn args() -> anyhow::Result<Args> {
         size_mib: 1024,
         out: PathBuf::from("target/bench/nvme"),
         incapsule_kib: None,
+        only: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -127,9 +130,11 @@ fn args() -> anyhow::Result<Args> {
             "--size-mib" => a.size_mib = value()?.parse()?,
             "--out" => a.out = PathBuf::from(value()?),
             "--incapsule-kib" => a.incapsule_kib = Some(value()?.parse()?),
+            "--only" => a.only = Some(value()?),
             "-h" | "--help" => {
-                println!("nvme_bench [--seconds N] [--size-mib N] [--out DIR] [--incapsule-kib N]");
+                println!("nvme_bench [--seconds N] [--size-mib N] [--out DIR] [--incapsule-kib N] [--only TEXT]");
                 println!("  --incapsule-kib N: send writes up to N KiB in their capsule (default: what the target's IOCCSZ allows), larger ones through R2T");
+                println!("  --only TEXT: run only the workloads whose name contains TEXT (e.g. \"128k seqwrite\")");
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other}"),
@@ -394,7 +399,8 @@ async fn main() -> anyhow::Result<()> {
     keep_alive(&mut c).await?;
 
     let mut rows = Vec::new();
-    for shape in SHAPES {
+    let wanted = |name: &str| a.only.as_deref().is_none_or(|o| name.contains(o));
+    for shape in SHAPES.into_iter().filter(|s| wanted(s.name)) {
         let q = run_quarry(&queues, shape, lbas, a.seconds, pid).await?;
         keep_alive(&mut c).await?;
         let f = run_fio(&backing, shape, size, a.seconds, &a.out)?;
