@@ -155,24 +155,7 @@ pub fn decode<'a>(frame: &'a [u8], ctx: &DecodeContext) -> Result<Pdu<'a>, PduEr
         return decode_undigested(ty, &ch, frame);
     }
 
-    // Header digest: present iff negotiated, and the flag must say so.
-    let hdgst = ch.flags & FLAG_HDGSTF != 0;
-    if hdgst != ctx.digests.header {
-        return Err(bad(1, "HDGSTF does not match negotiated header digest"));
-    }
-    let hd = ctx.digests.header_len();
-    let header_end = hlen + hd;
-    if plen < header_end {
-        return Err(bad(4, "PLEN shorter than header and digest"));
-    }
-    if hdgst {
-        let received = le32(frame, hlen);
-        let computed = crc32c_digest(frame.get(..hlen).unwrap_or_default());
-        if received != computed {
-            return Err(PduError::HeaderDigest { received, computed });
-        }
-    }
-
+    let header_end = check_header_digest(frame, &ch, plen, ctx)?;
     let data = data_region(ty, &ch, frame, header_end, ctx)?;
     let hdr = frame.get(..hlen).unwrap_or_default();
     Ok(match ty {
@@ -298,20 +281,7 @@ pub fn decode_data_head(buf: &[u8], ctx: &DecodeContext) -> Result<Option<DataHe
     if buf.len() < header_end.max(usize::from(ch.pdo)) {
         return Ok(None);
     }
-    let hdgst = ch.flags & FLAG_HDGSTF != 0;
-    if hdgst != ctx.digests.header {
-        return Err(bad(1, "HDGSTF does not match negotiated header digest"));
-    }
-    if plen < header_end {
-        return Err(bad(4, "PLEN shorter than header and digest"));
-    }
-    if hdgst {
-        let received = le32(buf, hlen);
-        let computed = crc32c_digest(buf.get(..hlen).unwrap_or_default());
-        if received != computed {
-            return Err(PduError::HeaderDigest { received, computed });
-        }
-    }
+    check_header_digest(buf, &ch, plen, ctx)?;
     let bounds = data_bounds(ty, &ch, plen, header_end, ctx)?;
     let of = match (ty, bounds) {
         (PduType::CapsuleCmd, None) => return Ok(None),
@@ -344,6 +314,34 @@ pub fn decode_data_head(buf: &[u8], ctx: &DecodeContext) -> Result<Option<DataHe
         data_digest: ch.flags & FLAG_DDGSTF != 0,
         plen,
     }))
+}
+
+/// Checks a digested PDU's header digest: present iff negotiated, the flag saying so,
+/// and matching the header (`buf` holds at least the header and its digest). Returns
+/// where the header and its digest end.
+fn check_header_digest(
+    buf: &[u8],
+    ch: &CommonHeader,
+    plen: usize,
+    ctx: &DecodeContext,
+) -> Result<usize, PduError> {
+    let hlen = usize::from(ch.hlen);
+    let hdgst = ch.flags & FLAG_HDGSTF != 0;
+    if hdgst != ctx.digests.header {
+        return Err(bad(1, "HDGSTF does not match negotiated header digest"));
+    }
+    let header_end = hlen + ctx.digests.header_len();
+    if plen < header_end {
+        return Err(bad(4, "PLEN shorter than header and digest"));
+    }
+    if hdgst {
+        let received = le32(buf, hlen);
+        let computed = crc32c_digest(buf.get(..hlen).unwrap_or_default());
+        if received != computed {
+            return Err(PduError::HeaderDigest { received, computed });
+        }
+    }
+    Ok(header_end)
 }
 
 /// Where a digested PDU's data lies, from its header alone: `(pdo, data_end)` with the
