@@ -21,8 +21,8 @@ use crate::tcp::{
     crc32c_digest, decode_data_head, DataHead, DecodeContext, HeadOf, PduError, DIGEST_LEN,
 };
 
-/// H2CData PDUs at least this long (PLEN) are received in place; shorter ones cost
-/// less to buffer whole than to place.
+/// PDUs carrying write data at least this long (PLEN) are received in place; shorter
+/// ones cost less to buffer whole than to place.
 pub(super) const PLACE_MIN: usize = 32 * 1024;
 
 /// Whether the header of the PDU at the front of `rx` (up to its data) is all in.
