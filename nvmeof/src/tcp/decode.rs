@@ -159,14 +159,10 @@ pub fn decode<'a>(frame: &'a [u8], ctx: &DecodeContext) -> Result<Pdu<'a>, PduEr
     let data = data_region(ty, &ch, frame, header_end, ctx)?;
     let hdr = frame.get(..hlen).unwrap_or_default();
     Ok(match ty {
-        PduType::CapsuleCmd => {
-            let mut sqe = [0u8; SQE_LEN];
-            sqe.copy_from_slice(hdr.get(COMMON_HEADER_LEN..).unwrap_or_default());
-            Pdu::CapsuleCmd(CapsuleCmd {
-                sqe: Sqe::from_bytes(sqe),
-                data,
-            })
-        }
+        PduType::CapsuleCmd => Pdu::CapsuleCmd(CapsuleCmd {
+            sqe: capsule_sqe(hdr),
+            data,
+        }),
         PduType::CapsuleResp => {
             if !data.is_empty() {
                 return Err(bad(3, "CapsuleResp with data is not supported"));
@@ -181,21 +177,16 @@ pub fn decode<'a>(frame: &'a [u8], ctx: &DecodeContext) -> Result<Pdu<'a>, PduEr
             if data.is_empty() {
                 return Err(bad(4, "data PDU without data"));
             }
-            let datal = le32(hdr, 16);
-            if datal as usize != data.len() {
-                return Err(bad(16, "DATAL does not match PDU data length"));
-            }
+            let (cccid, ttag, datao) = data_fields(hdr, data.len())?;
             let d = DataPdu {
-                cccid: le16(hdr, 8),
-                ttag: le16(hdr, 10),
-                datao: le32(hdr, 12),
+                cccid,
+                ttag,
+                datao,
                 flags: ch.flags,
                 data,
             };
             if ty == PduType::H2cData {
-                if ch.flags & FLAG_SUCCESS != 0 {
-                    return Err(bad(1, "SUCCESS flag in H2CData"));
-                }
+                check_h2c_flags(ch.flags)?;
                 Pdu::H2cData(d)
             } else {
                 if ch.flags & FLAG_SUCCESS != 0 && ch.flags & FLAG_LAST_PDU == 0 {
@@ -254,7 +245,7 @@ pub struct DataHead {
     /// Data bytes.
     pub data_len: usize,
     /// A CRC32C data digest follows the data; the caller verifies it
-    /// ([`crate::tcp::crc32c_digest`] of the data against the 4 bytes after it).
+    /// ([`crate::tcp::check_data_digest`] of the data against the 4 bytes after it).
     pub data_digest: bool,
     /// The whole PDU (PLEN).
     pub plen: usize,
@@ -276,33 +267,20 @@ pub fn decode_data_head(buf: &[u8], ctx: &DecodeContext) -> Result<Option<DataHe
         Some(ty @ (PduType::H2cData | PduType::CapsuleCmd)) => ty,
         _ => return Ok(None),
     };
-    let hlen = usize::from(ch.hlen);
-    let header_end = hlen + ctx.digests.header_len();
-    if buf.len() < header_end.max(usize::from(ch.pdo)) {
+    if !header_received(buf, ctx) {
         return Ok(None);
     }
-    check_header_digest(buf, &ch, plen, ctx)?;
+    let header_end = check_header_digest(buf, &ch, plen, ctx)?;
     let bounds = data_bounds(ty, &ch, plen, header_end, ctx)?;
+    let hdr = buf.get(..usize::from(ch.hlen)).unwrap_or_default();
     let of = match (ty, bounds) {
         (PduType::CapsuleCmd, None) => return Ok(None),
-        (PduType::CapsuleCmd, Some(_)) => {
-            let mut sqe = [0u8; SQE_LEN];
-            sqe.copy_from_slice(buf.get(COMMON_HEADER_LEN..hlen).unwrap_or(&[0; SQE_LEN]));
-            HeadOf::CapsuleCmd(Sqe::from_bytes(sqe))
-        }
+        (PduType::CapsuleCmd, Some(_)) => HeadOf::CapsuleCmd(capsule_sqe(hdr)),
         (_, None) => return Err(bad(4, "data PDU without data")),
         (_, Some((pdo, data_end))) => {
-            if le32(buf, 16) as usize != data_end - pdo {
-                return Err(bad(16, "DATAL does not match PDU data length"));
-            }
-            if ch.flags & FLAG_SUCCESS != 0 {
-                return Err(bad(1, "SUCCESS flag in H2CData"));
-            }
-            HeadOf::H2cData {
-                cccid: le16(buf, 8),
-                ttag: le16(buf, 10),
-                datao: le32(buf, 12),
-            }
+            let (cccid, ttag, datao) = data_fields(hdr, data_end - pdo)?;
+            check_h2c_flags(ch.flags)?;
+            HeadOf::H2cData { cccid, ttag, datao }
         }
     };
     let (pdo, data_end) = bounds.unwrap_or_default();
@@ -314,6 +292,53 @@ pub fn decode_data_head(buf: &[u8], ctx: &DecodeContext) -> Result<Option<DataHe
         data_digest: ch.flags & FLAG_DDGSTF != 0,
         plen,
     }))
+}
+
+/// Whether `buf` holds the whole header of the PDU at its front: the header, its digest
+/// (when negotiated) and the padding up to PDO. A transport reading a large PDU's data in
+/// place waits for this much first.
+pub fn header_received(buf: &[u8], ctx: &DecodeContext) -> bool {
+    match (buf.get(2), buf.get(3)) {
+        (Some(&hlen), Some(&pdo)) => {
+            let header_end = usize::from(hlen) + ctx.digests.header_len();
+            buf.len() >= header_end.max(usize::from(pdo))
+        }
+        _ => false,
+    }
+}
+
+/// The SQE in a command capsule's header (`hdr`: the header, HLEN bytes).
+fn capsule_sqe(hdr: &[u8]) -> Sqe {
+    let mut sqe = [0u8; SQE_LEN];
+    sqe.copy_from_slice(hdr.get(COMMON_HEADER_LEN..).unwrap_or(&[0; SQE_LEN]));
+    Sqe::from_bytes(sqe)
+}
+
+/// A data PDU's CCCID, TTAG and DATAO, with its DATAL checked against the `data_len`
+/// bytes of data the PDU carries.
+fn data_fields(hdr: &[u8], data_len: usize) -> Result<(u16, u16, u32), PduError> {
+    if le32(hdr, 16) as usize != data_len {
+        return Err(bad(16, "DATAL does not match PDU data length"));
+    }
+    Ok((le16(hdr, 8), le16(hdr, 10), le32(hdr, 12)))
+}
+
+/// H2CData must not carry the SUCCESS flag (a controller-to-host flag).
+fn check_h2c_flags(flags: u8) -> Result<(), PduError> {
+    if flags & FLAG_SUCCESS != 0 {
+        return Err(bad(1, "SUCCESS flag in H2CData"));
+    }
+    Ok(())
+}
+
+/// Checks `data` against the CRC32C data digest that follows it (`received`, the 4
+/// bytes on the wire, little endian).
+pub fn check_data_digest(data: &[u8], received: u32) -> Result<(), PduError> {
+    let computed = crc32c_digest(data);
+    if received != computed {
+        return Err(PduError::DataDigest { received, computed });
+    }
+    Ok(())
 }
 
 /// Checks a digested PDU's header digest: present iff negotiated, the flag saying so,
@@ -404,11 +429,7 @@ fn data_region<'a>(
     };
     let data = frame.get(pdo..data_end).unwrap_or_default();
     if ch.flags & FLAG_DDGSTF != 0 {
-        let received = le32(frame, data_end);
-        let computed = crc32c_digest(data);
-        if received != computed {
-            return Err(PduError::DataDigest { received, computed });
-        }
+        check_data_digest(data, le32(frame, data_end))?;
     }
     Ok(data)
 }

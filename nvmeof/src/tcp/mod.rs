@@ -10,7 +10,10 @@ mod digest;
 mod encode;
 mod header;
 
-pub use decode::{decode, decode_data_head, frame_len, DataHead, DecodeContext, HeadOf, PduError};
+pub use decode::{
+    check_data_digest, decode, decode_data_head, frame_len, header_received, DataHead,
+    DecodeContext, HeadOf, PduError,
+};
 pub use digest::{crc32c_digest, Digests};
 pub use encode::{
     data_digest, encode_c2h_data, encode_c2h_data_head, encode_capsule_cmd, encode_capsule_resp,

@@ -20,7 +20,7 @@ use placement::{Placing, PLACE_MIN};
 
 use crate::target::io::IoOutcome;
 use crate::target::{IoBuf, IoFinished, ListenerInfo, Output, Queue, QueueIo, Target};
-use crate::tcp::{decode, frame_len, PduType, COMMON_HEADER_LEN};
+use crate::tcp::{decode, frame_len, header_received, PduType, COMMON_HEADER_LEN};
 
 /// How often each connection checks keep-alive and controller teardown.
 pub const TICK: Duration = Duration::from_millis(500);
@@ -151,11 +151,14 @@ async fn write_all_pdus<W: tokio::io::AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// Whether the PDU at the front of `rx` is one that carries write data (H2CData, or a
-/// command capsule, which may have in-capsule data).
-fn carries_writes(rx: &[u8]) -> bool {
-    rx.first()
-        .is_some_and(|&t| t == PduType::H2cData as u8 || t == PduType::CapsuleCmd as u8)
+/// Whether the PDU at the front of `rx`, `plen` bytes long, may carry a large write's
+/// data ([`PLACE_MIN`] or more; an H2CData PDU, or a command capsule, which may have
+/// in-capsule data): such PDUs are placed (`placement`).
+fn large_write(rx: &[u8], plen: usize) -> bool {
+    plen >= PLACE_MIN
+        && rx
+            .first()
+            .is_some_and(|&t| t == PduType::H2cData as u8 || t == PduType::CapsuleCmd as u8)
 }
 
 /// Reads what the socket has: into the command's buffer while a PDU's data is placed,
@@ -322,7 +325,7 @@ pub async fn connection(
                             if q.controller().is_none() && is_admin_connect(&buf) {
                                 refresh_config(&target).await;
                             }
-                            large_writes = n >= PLACE_MIN && carries_writes(&buf);
+                            large_writes = large_write(&buf, n);
                             let frame = &buf[..n];
                             let echo = &frame[..n.min(TERM_ECHO)];
                             match decode(frame, &ctx) {
@@ -332,14 +335,14 @@ pub async fn connection(
                             buf.advance(n);
                         }
                         Ok(Some(n)) => {
-                            if n >= PLACE_MIN && carries_writes(&buf) {
+                            if large_write(&buf, n) {
                                 placing = Placing::start(&mut buf, &mut q, &ctx, TERM_ECHO);
                                 if placing.is_some() {
                                     large_writes = true;
                                     continue;
                                 }
                                 // Its header first: the PDU may still be placed.
-                                if !placement::header_in(&buf, &ctx) {
+                                if !header_received(&buf, &ctx) {
                                     break;
                                 }
                             }

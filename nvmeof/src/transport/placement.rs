@@ -18,23 +18,12 @@ use bytes::{Buf, BytesMut};
 
 use crate::target::{IoBuf, Queue};
 use crate::tcp::{
-    crc32c_digest, decode_data_head, DataHead, DecodeContext, HeadOf, PduError, DIGEST_LEN,
+    check_data_digest, decode_data_head, DataHead, DecodeContext, HeadOf, PduError, DIGEST_LEN,
 };
 
 /// PDUs carrying write data at least this long (PLEN) are received in place; shorter
 /// ones cost less to buffer whole than to place.
 pub(super) const PLACE_MIN: usize = 32 * 1024;
-
-/// Whether the header of the PDU at the front of `rx` (up to its data) is all in.
-pub(super) fn header_in(rx: &[u8], ctx: &DecodeContext) -> bool {
-    match (rx.get(2), rx.get(3)) {
-        (Some(&hlen), Some(&pdo)) => {
-            let header_end = usize::from(hlen) + ctx.digests.header_len();
-            rx.len() >= header_end.max(usize::from(pdo))
-        }
-        _ => false,
-    }
-}
 
 /// A PDU whose write data is being read into its buffer.
 pub(super) struct Placing {
@@ -115,9 +104,9 @@ impl Placing {
             };
             let received = u32::from_le_bytes([d[0], d[1], d[2], d[3]]);
             rx.advance(DIGEST_LEN);
-            let computed = crc32c_digest(self.buf.get(self.start..).unwrap_or_default());
-            if received != computed {
-                return q.decode_error(&PduError::DataDigest { received, computed }, &self.echo);
+            let data = self.buf.get(self.start..).unwrap_or_default();
+            if let Err(e) = check_data_digest(data, received) {
+                return q.decode_error(&e, &self.echo);
             }
         }
         match self.head.of {
