@@ -624,23 +624,44 @@ impl Queue {
     }
 
     fn on_h2c_data(&mut self, d: tcp::DataPdu<'_>, header: &[u8], now_ms: u64) {
-        let Some(cmd) = self.inflight.get_mut(&d.cccid) else {
-            return self.fatal(TermReqFes::InvalidHeaderField, 8, header);
-        };
-        let CmdState::Receiving { buf, ttag } = &mut cmd.state else {
-            return self.fatal(TermReqFes::PduSequenceError, 0, header);
-        };
-        if *ttag != d.ttag {
-            return self.fatal(TermReqFes::InvalidHeaderField, 10, header);
-        }
-        if d.datao as usize != buf.len() {
-            return self.fatal(TermReqFes::DataTransferOutOfRange, 12, header);
-        }
-        // The buffer's capacity is the command's length: data past it is refused.
-        if d.data.len() > MAX_H2C_DATA as usize || !buf.extend_from_slice(d.data) {
-            return self.fatal(TermReqFes::DataTransferOutOfRange, 16, header);
+        match self.h2c_buffer(d.cccid, d.ttag, d.datao, d.data.len()) {
+            // Fits: `h2c_buffer` checked the room.
+            Ok(buf) => {
+                buf.extend_from_slice(d.data);
+            }
+            Err((fes, fei)) => return self.fatal(fes, fei, header),
         }
         self.after_h2c_data(d.cccid, d.flags, header, now_ms);
+    }
+
+    /// The buffer of the command an H2CData PDU (`cccid`, `ttag`, `datao`, `len` data
+    /// bytes) belongs to, if the PDU is the next one that command expects and its data
+    /// fits; else the termination request (FES, FEI) it earns.
+    fn h2c_buffer(
+        &mut self,
+        cccid: u16,
+        ttag: u16,
+        datao: u32,
+        len: usize,
+    ) -> Result<&mut IoBuf, (TermReqFes, u32)> {
+        let Some(cmd) = self.inflight.get_mut(&cccid) else {
+            return Err((TermReqFes::InvalidHeaderField, 8));
+        };
+        let CmdState::Receiving { buf, ttag: want } = &mut cmd.state else {
+            return Err((TermReqFes::PduSequenceError, 0));
+        };
+        if *want != ttag {
+            return Err((TermReqFes::InvalidHeaderField, 10));
+        }
+        if datao as usize != buf.len() {
+            return Err((TermReqFes::DataTransferOutOfRange, 12));
+        }
+        // The buffer's capacity is the command's length: data past it is refused.
+        let fits = buf.len().saturating_add(len) <= buf.capacity();
+        if len > MAX_H2C_DATA as usize || !fits {
+            return Err((TermReqFes::DataTransferOutOfRange, 16));
+        }
+        Ok(buf)
     }
 
     /// After an H2CData PDU's data went into its command's buffer: checks LAST_PDU
@@ -676,17 +697,10 @@ impl Queue {
         let tcp::HeadOf::H2cData { cccid, ttag, datao } = head.of else {
             return None;
         };
-        if self.phase != Phase::Live || head.data_len > MAX_H2C_DATA as usize {
+        if self.phase != Phase::Live {
             return None;
         }
-        let cmd = self.inflight.get_mut(&cccid)?;
-        let CmdState::Receiving { buf, ttag: want } = &mut cmd.state else {
-            return None;
-        };
-        let fits = buf.len().checked_add(head.data_len)? <= buf.capacity();
-        if *want != ttag || datao as usize != buf.len() || !fits {
-            return None;
-        }
+        let buf = self.h2c_buffer(cccid, ttag, datao, head.data_len).ok()?;
         Some(std::mem::take(buf))
     }
 
