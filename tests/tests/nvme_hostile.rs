@@ -49,6 +49,13 @@ async fn reaction(q: &mut Queue, digests: Digests) -> anyhow::Result<Reaction> {
     }
 }
 
+/// Flips the last byte of an encoded PDU: its data digest, when it has one.
+fn spoil_last_byte(b: &mut [u8]) {
+    if let Some(last) = b.last_mut() {
+        *last ^= 0xff;
+    }
+}
+
 /// Sends a WRITE of `len` bytes at `slba` whose data goes by R2T and returns the R2T.
 async fn start_r2t_write(
     c: &mut Controller,
@@ -192,8 +199,7 @@ async fn nvme_hostile_pdus_terminate_and_others_keep_working() -> anyhow::Result
         id: quarry_nvmeof::spec::SGL_ID_INCAPSULE,
     });
     tcp::encode_capsule_cmd(&mut b, &sqe, &[0xee; 4096], BOTH, 0);
-    let n = b.len();
-    b[n - 1] ^= 0xff;
+    spoil_last_byte(&mut b);
     c.io[0].send_raw(&b).await?;
     let r = reaction(&mut c.io[0], BOTH).await?;
     ensure!(r == Reaction::Closed, "bad data digest: {r:?}");
@@ -205,8 +211,7 @@ async fn nvme_hostile_pdus_terminate_and_others_keep_working() -> anyhow::Result
     let r2t = start_r2t_write(&mut c, 78, 256, 256 * 1024, BOTH).await?;
     let mut b = Vec::new();
     tcp::encode_h2c_data(&mut b, 78, r2t.ttag, 0, &[0xcd; 256 * 1024], true, BOTH, 0);
-    let n = b.len();
-    b[n - 1] ^= 0xff;
+    spoil_last_byte(&mut b);
     c.io[0].send_raw(&b).await?;
     let r = reaction(&mut c.io[0], BOTH).await?;
     ensure!(r == Reaction::Closed, "bad data digest, large PDU: {r:?}");
@@ -254,8 +259,7 @@ async fn nvme_hostile_pdus_terminate_and_others_keep_working() -> anyhow::Result
         let mut b = Vec::new();
         tcp::encode_capsule_cmd(&mut b, &sqe, &data, BOTH, 0);
         if corrupt {
-            let n = b.len();
-            b[n - 1] ^= 0xff;
+            spoil_last_byte(&mut b);
         }
         c.io[0].send_raw(&b).await?;
         let got = bystander_read_after(&mut c, &mut bystander, slba, corrupt).await?;
