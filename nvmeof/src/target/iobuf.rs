@@ -3,8 +3,8 @@
 //! buffer, and a read's data lands where the answer is built from, with no bounce buffer
 //! in between. Built in safe code from an over-allocated `Vec` (no custom allocator).
 //!
-//! Buffers of up to [`POOLED_MAX`] bytes are recycled through a process-wide pool of
-//! size classes ([`IoBufPool`]): a fresh buffer per command cost a `malloc`, a `memset`
+//! Buffers of up to `POOLED_MAX` (1 MiB) are recycled through a process-wide pool of
+//! size classes (`IoBufPool`): a fresh buffer per command cost a `malloc`, a `memset`
 //! and, from 128 KiB up, an `mmap` whose every page faulted in and was zeroed again by
 //! the kernel (15% of Quarry's samples in 128 KiB reads, 5% in 4 KiB reads;
 //! tests/bench/nvme.md). A recycled buffer keeps its old bytes: [`IoBuf::for_overwrite`]
@@ -25,7 +25,7 @@ const SMALLEST_CLASS: usize = 4096;
 const CLASSES: usize = 9;
 /// Largest buffer the pool recycles: 1 MiB, the most data one NVMe command moves
 /// ([`super::limits::MDTS`]). Larger buffers are allocated and freed as before.
-pub const POOLED_MAX: usize = SMALLEST_CLASS << (CLASSES - 1);
+const POOLED_MAX: usize = SMALLEST_CLASS << (CLASSES - 1);
 /// Memory the pool keeps per size class (free buffers only; buffers in use are not
 /// counted). Bounds the whole pool to about `CLASSES` x 8 MiB.
 const POOL_BYTES_PER_CLASS: usize = 8 << 20;
@@ -46,7 +46,7 @@ fn class_len(class: usize) -> usize {
 
 /// Free buffers, by size class. Each is a whole over-allocated `Vec` (initialised bytes,
 /// contents left from its last use), kept at most [`POOL_BYTES_PER_CLASS`] per class.
-pub struct IoBufPool {
+struct IoBufPool {
     free: [Mutex<Vec<Vec<u8>>>; CLASSES],
 }
 
@@ -56,7 +56,7 @@ static POOL: IoBufPool = IoBufPool::new();
 
 impl IoBufPool {
     /// An empty pool.
-    pub const fn new() -> IoBufPool {
+    const fn new() -> IoBufPool {
         IoBufPool {
             free: [const { Mutex::new(Vec::new()) }; CLASSES],
         }
@@ -83,18 +83,13 @@ impl IoBufPool {
         }
     }
 
-    /// Free buffers held, all classes together (for tests and telemetry).
-    pub fn free_buffers(&self) -> usize {
+    /// Free buffers held, all classes together.
+    #[cfg(test)]
+    fn free_buffers(&self) -> usize {
         self.free
             .iter()
             .map(|f| f.lock().unwrap_or_else(|p| p.into_inner()).len())
             .sum()
-    }
-}
-
-impl Default for IoBufPool {
-    fn default() -> IoBufPool {
-        IoBufPool::new()
     }
 }
 
