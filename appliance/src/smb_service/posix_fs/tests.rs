@@ -427,6 +427,40 @@ fn delete_rules() {
 }
 
 #[test]
+fn a_new_file_or_directory_is_described_as_a_later_reading_describes_it() {
+    let fx = fixture();
+    let cases = [
+        (0, 0),
+        (attr::NORMAL, 0),
+        (attr::ARCHIVE, 0),
+        (attr::HIDDEN | attr::SYSTEM, 0),
+        (attr::READONLY, 0),
+        (attr::HIDDEN, co::DIRECTORY_FILE),
+        (0, co::DIRECTORY_FILE),
+    ];
+    for (i, (attributes, options)) in cases.into_iter().enumerate() {
+        let name = format!("new{i}");
+        let o = fx
+            .fs
+            .create(&CreateRequest {
+                attributes,
+                options,
+                ..req(&name, D::Create)
+            })
+            .unwrap();
+        let reread = fx
+            .fs
+            .create(&CreateRequest {
+                write: false,
+                ..req(&name, D::Open)
+            })
+            .unwrap();
+        assert_eq!(o.info, reread.info, "attributes {attributes:#x}");
+        assert_eq!(o.info, o.file.info().unwrap(), "attributes {attributes:#x}");
+    }
+}
+
+#[test]
 fn attributes_and_times_persist_in_xattrs() {
     let fx = fixture();
     let o = fx
@@ -1754,6 +1788,48 @@ fn cached_close_and_query_leave_a_due_write_time_to_the_pool() {
     std::thread::sleep(super::write_time::WRITE_TIME_DELAY + std::time::Duration::from_millis(50));
     assert!(matches!(late.file.info_cached(), Err(FsError::WouldBlock)));
     assert!(late.file.info().unwrap().last_write_time > before);
+}
+
+#[test]
+fn large_listings_keep_readdir_order_and_each_entry_its_own_metadata() {
+    let fx = fixture();
+    mkdir(&fx, "many");
+    const N: usize = 1500;
+    for i in 0..N {
+        fs::write(fx.root.join(format!("many/f{i:04}")), vec![7u8; i % 700]).unwrap();
+    }
+    // A fifo among them is hidden.
+    let fifo = std::ffi::CString::new(fx.root.join("many/pipe").to_str().unwrap()).unwrap();
+    // SAFETY: `fifo` is a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let readdir_order: Vec<String> = fs::read_dir(fx.root.join("many"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != "pipe")
+        .collect();
+    let d = open(&fx, "many", D::Open).unwrap();
+    let mut c = d.file.list_dir("*").unwrap();
+    let mut listed = Vec::new();
+    while let Some(e) = c.next_entry().unwrap() {
+        if e.name == "." || e.name == ".." {
+            continue;
+        }
+        let i: usize = e.name[1..].parse().unwrap();
+        assert_eq!(e.info.end_of_file, (i % 700) as u64, "{}", e.name);
+        listed.push(e.name);
+    }
+    assert_eq!(listed, readdir_order);
+    // A restart part way starts over.
+    c.restart().unwrap();
+    for _ in 0..300 {
+        c.next_entry().unwrap().unwrap();
+    }
+    c.restart().unwrap();
+    let mut again = Vec::new();
+    while let Some(e) = c.next_entry().unwrap() {
+        again.push(e.name);
+    }
+    assert_eq!(&again[2..], &readdir_order[..]);
 }
 
 #[test]
