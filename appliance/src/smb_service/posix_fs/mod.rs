@@ -352,14 +352,22 @@ impl PosixShareFs {
         } else {
             requested | attr::ARCHIVE
         };
-        if stored != attrs::default_attributes(is_dir) & attr::SETTABLE {
+        let store_attributes = stored != attrs::default_attributes(is_dir) & attr::SETTABLE;
+        if store_attributes {
             attrs::write_attributes(fd.as_fd(), stored, &self.inner.xattrs)?;
         }
         if let Some(sd) = &new_descriptor {
             descriptor::write(fd.as_fd(), sd, &self.inner.xattrs, true)?;
         }
         let write_through = req.options & create_options::WRITE_THROUGH != 0;
-        let (st, info) = attrs::info_of(fd.as_fd(), &self.inner.xattrs)?;
+        // The new file carries only the xattrs written just above, so its attributes are
+        // known without listing them back.
+        let st = sys::fstat(fd.as_fd()).map_err(|e| FsError::from_io("stat", e))?;
+        let known = attrs::Stored {
+            attributes: (store_attributes && self.inner.xattrs.enabled()).then_some(stored),
+            creation_time: None,
+        };
+        let info = attrs::file_info(&st, &known);
         let file = PosixFile::new(
             self.inner.clone(),
             fd,
