@@ -639,6 +639,10 @@ impl FsFile for StreamFile {
         self.file.close()
     }
 
+    fn close_cached(&self) -> Result<(), FsError> {
+        self.file.close_cached()
+    }
+
     fn allocated_ranges(
         &self,
         offset: u64,

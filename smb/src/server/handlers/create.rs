@@ -811,9 +811,32 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
     answer_open(conn, ctx, open, &resp)
 }
 
-/// Releases an open: its locks, its share-mode entry, and the file itself when it was the
-/// last open of a delete-pending file.
+/// Closes an open the client did not close itself (logoff, tree disconnect, a dropped
+/// connection, an expired durable handle, a superseded one): its storage close first, off
+/// the reactor when it writes (dropping the file would stamp a deferred write time on
+/// whichever thread drops it), then [`release_open`].
 pub async fn close_open(o: Open) -> Result<(), u32> {
+    if let Some(f) = o.file.clone() {
+        // The result is the same either way: the open goes.
+        let _ = super::cached_first(
+            true,
+            move |cached| {
+                if cached {
+                    f.close_cached()
+                } else {
+                    f.close()
+                }
+            },
+        )
+        .await;
+    }
+    release_open(o).await
+}
+
+/// Releases an open whose storage close ([`vfs::FsFile::close`]) is done: its locks, its
+/// share-mode entry, and the file itself when it was the last open of a delete-pending
+/// file.
+async fn release_open(o: Open) -> Result<(), u32> {
     let Some(share) = o.share.clone() else {
         return Ok(());
     };
@@ -870,7 +893,9 @@ pub async fn close_open(o: Open) -> Result<(), u32> {
     Ok(())
 }
 
-/// Handles CLOSE.
+/// Handles CLOSE. The storage close (a deferred write-time stamp) runs here, inline when
+/// it changes nothing on the device and on the blocking pool otherwise, before the open is
+/// released and whether or not the client asked for the attributes after it.
 pub async fn close(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CloseRequest) -> HResult {
     let id = ctx.resolve(req.file_id);
     super::open(conn, ctx, id)?;
@@ -878,27 +903,28 @@ pub async fn close(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CloseRequest) 
         .opens
         .remove(&id.volatile)
         .ok_or(status::FILE_CLOSED)?;
-    let post = if req.flags & CLOSE_FLAG_POSTQUERY_ATTRIB != 0 && !open.delete_on_close {
-        match open.file.clone() {
-            // The close's own write-time stamp shows in the attributes it returns.
-            Some(f) => super::cached_first(true, move |cached| {
-                if cached {
-                    f.close_cached()?;
-                    f.info_cached()
-                } else {
-                    f.close()?;
-                    f.info()
-                }
-            })
-            .await
-            .ok()
-            .map(|i| attrs_of(&i)),
-            None => None,
-        }
-    } else {
-        None
+    let postquery = req.flags & CLOSE_FLAG_POSTQUERY_ATTRIB != 0 && !open.delete_on_close;
+    let post = match open.file.clone() {
+        // The close's own write-time stamp shows in the attributes it returns.
+        Some(f) => super::cached_first(true, move |cached| {
+            if cached {
+                f.close_cached()?;
+            } else {
+                f.close()?;
+            }
+            match (postquery, cached) {
+                (false, _) => Ok(None),
+                (true, true) => f.info_cached().map(Some),
+                (true, false) => f.info().map(Some),
+            }
+        })
+        .await
+        .ok()
+        .flatten()
+        .map(|i| attrs_of(&i)),
+        None => None,
     };
-    if let Err(st) = close_open(open).await {
+    if let Err(st) = release_open(open).await {
         tracing::debug!(status = st, "delete on close failed");
     }
     let mut body = Vec::with_capacity(60);
