@@ -1668,13 +1668,51 @@ fn changes_made_by_other_processes_reach_the_watcher_and_our_own_do_not() {
 }
 
 /// Drops `path`'s clean pages from the page cache, so reading it needs the device again.
+/// Drops the file's pages from the page cache. The kernel skips pages it cannot drop at
+/// that moment (still referenced from another core's page batches, say), so the advice is
+/// repeated until `mincore` finds none of the file's pages cached (a check that reads
+/// nothing, so it starts no readahead).
 fn evict_from_page_cache(path: &std::path::Path) {
     use std::os::fd::AsRawFd;
     let f = fs::File::open(path).unwrap();
     f.sync_all().unwrap();
-    // SAFETY: a valid descriptor; advice on the whole file.
-    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let len = usize::try_from(f.metadata().unwrap().len()).unwrap();
+    for _ in 0..50 {
+        // SAFETY: a valid descriptor; advice on the whole file.
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        if len == 0 || cached_pages(&f, len) == 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("could not drop {} from the page cache", path.display());
+}
+
+/// How many of the first `len` bytes' pages of `f` are in the page cache.
+fn cached_pages(f: &fs::File, len: usize) -> usize {
+    use std::os::fd::AsRawFd;
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
+    // SAFETY: a fresh read-only shared mapping of an open file, never touched, unmapped below.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED);
+    let mut resident = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `map` spans `len` bytes; `resident` has one byte per page of it.
+    let rc = unsafe { libc::mincore(map, len, resident.as_mut_ptr()) };
+    // SAFETY: the mapping made above, of `len` bytes.
+    unsafe { libc::munmap(map, len) };
     assert_eq!(rc, 0);
+    resident.iter().filter(|b| **b & 1 != 0).count()
 }
 
 #[test]
