@@ -1668,10 +1668,9 @@ fn changes_made_by_other_processes_reach_the_watcher_and_our_own_do_not() {
 }
 
 /// Drops `path`'s clean pages from the page cache, so reading it needs the device again.
-/// Drops the file's pages from the page cache. The kernel skips pages it cannot drop at
-/// that moment (still referenced from another core's page batches, say), so the advice is
-/// repeated until `mincore` finds none of the file's pages cached (a check that reads
-/// nothing, so it starts no readahead).
+/// The kernel skips pages it cannot drop at that moment (still referenced from another
+/// core's page batches, say), so the advice is repeated until `mincore` finds none of the
+/// file's pages cached (a check that reads nothing, so it starts no readahead).
 fn evict_from_page_cache(path: &std::path::Path) {
     use std::os::fd::AsRawFd;
     let f = fs::File::open(path).unwrap();

@@ -818,17 +818,7 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
 pub async fn close_open(o: Open) -> Result<(), u32> {
     if let Some(f) = o.file.clone() {
         // The result is the same either way: the open goes.
-        let _ = super::cached_first(
-            true,
-            move |cached| {
-                if cached {
-                    f.close_cached()
-                } else {
-                    f.close()
-                }
-            },
-        )
-        .await;
+        let _ = super::cached_first(true, move |cached| close_with(&*f, cached)).await;
     }
     release_open(o).await
 }
@@ -907,11 +897,7 @@ pub async fn close(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CloseRequest) 
     let post = match open.file.clone() {
         // The close's own write-time stamp shows in the attributes it returns.
         Some(f) => super::cached_first(true, move |cached| {
-            if cached {
-                f.close_cached()?;
-            } else {
-                f.close()?;
-            }
+            close_with(&*f, cached)?;
             match (postquery, cached) {
                 (false, _) => Ok(None),
                 (true, true) => f.info_cached().map(Some),
@@ -942,6 +928,15 @@ fn open_with(
         fs.open_cached(r)
     } else {
         fs.create(r)
+    }
+}
+
+/// `f.close()`, or its cached-only form on a [`super::cached_first`] attempt.
+fn close_with(f: &dyn vfs::FsFile, cached: bool) -> Result<(), vfs::FsError> {
+    if cached {
+        f.close_cached()
+    } else {
+        f.close()
     }
 }
 
