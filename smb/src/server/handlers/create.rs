@@ -489,9 +489,18 @@ async fn create_open(
         let probe_open = open_call.clone();
         // Where nothing exists there is nothing to break or conflict with, so the probe
         // creates the file in the same storage call, saving a second trip to the pool (a
-        // racing creator's file makes it fall back to the ordinary open below).
+        // racing creator's file makes it fall back to the ordinary open below). On the
+        // pool it tries the create first: a name that is not there is then looked up once,
+        // not once to find it missing and again to create it.
         let create_absent = disposition.may_create() && !ro && stream.is_none();
         let probed = super::cached_first(true, move |cached| {
+            if !cached && create_absent {
+                match probe_open(false, CreateDisposition::Create) {
+                    Ok(o) => return Ok(Probed::Created(o)),
+                    Err(vfs::FsError::Exists(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             let r = vfs::CreateRequest {
                 path: &probe_path,
                 disposition: CreateDisposition::Open,
@@ -505,13 +514,8 @@ async fn create_open(
             };
             match open_with(&*probe_fs, &r, cached) {
                 Ok(o) => Ok(Probed::Existing(o.info.file_id)),
-                Err(vfs::FsError::NotFound(_)) if !cached && create_absent => {
-                    match probe_open(false, CreateDisposition::Create) {
-                        Ok(o) => Ok(Probed::Created(o)),
-                        Err(vfs::FsError::Exists(_)) => Ok(Probed::Absent),
-                        Err(e) => Err(e),
-                    }
-                }
+                // Nothing by that name (or gone again since the create found it there):
+                // the open below decides.
                 Err(vfs::FsError::NotFound(_)) if !cached => Ok(Probed::Absent),
                 Err(e) => Err(e),
             }
