@@ -183,26 +183,30 @@ fn impacket_smb1_upgrade_and_311() {
 }
 
 /// Two opens of one file: a conflicting share mode is refused with SHARING_VIOLATION, and a
-/// refused truncating open (OVERWRITE_IF) must not have truncated anything.
+/// refused truncating open (OVERWRITE_IF) must not have truncated anything. The name is
+/// also spelled in other cases: the cached open takes only the stored spelling, so those
+/// CREATEs probe on the blocking pool, where the probe tries to create the file first and
+/// must then still settle share modes before truncating.
 const SMBPROTOCOL_SHARING: &str = r#"
 from quarry_smb import smb_tree
 from smbprotocol.open import Open, CreateDisposition, CreateOptions, FilePipePrinterAccessMask, ImpersonationLevel, ShareAccess, FileAttributes
 from smbprotocol.exceptions import SMBResponseException
 conn, sess, tree = smb_tree()
-def op(disp, share):
-    o = Open(tree, "shared.bin")
+def op(disp, share, name="shared.bin"):
+    o = Open(tree, name)
     o.create(ImpersonationLevel.Impersonation, FilePipePrinterAccessMask.GENERIC_READ | FilePipePrinterAccessMask.GENERIC_WRITE,
              FileAttributes.FILE_ATTRIBUTE_NORMAL, share, disp, CreateOptions.FILE_NON_DIRECTORY_FILE)
     return o
 a = op(CreateDisposition.FILE_OVERWRITE_IF, 0)
 a.write(b"precious", 0)
-for disp in (CreateDisposition.FILE_OVERWRITE_IF, CreateDisposition.FILE_OPEN, CreateDisposition.FILE_SUPERSEDE):
-    try:
-        op(disp, ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE)
-        raise SystemExit("second open allowed")
-    except SMBResponseException as e:
-        assert e.status == 0xC0000043, hex(e.status)
-assert a.read(0, 8) == b"precious", "data lost by a refused open"
+for name in ("shared.bin", "SHARED.BIN", "Shared.Bin"):
+    for disp in (CreateDisposition.FILE_OVERWRITE_IF, CreateDisposition.FILE_OPEN, CreateDisposition.FILE_SUPERSEDE):
+        try:
+            op(disp, ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE, name)
+            raise SystemExit("second open allowed: %s" % name)
+        except SMBResponseException as e:
+            assert e.status == 0xC0000043, (name, hex(e.status))
+        assert a.read(0, 8) == b"precious", "data lost by a refused open of %s" % name
 a.close()
 b = op(CreateDisposition.FILE_OPEN, ShareAccess.FILE_SHARE_READ)
 assert b.read(0, 8) == b"precious"
