@@ -1688,11 +1688,12 @@ fn evict_from_page_cache(path: &std::path::Path) {
     panic!("could not drop {} from the page cache", path.display());
 }
 
-/// How many of the first `len` bytes' pages of `f` are in the page cache.
+/// How many of the first `len` bytes' pages of `f` are in the page cache. Asked through
+/// `mincore` of a mapping rather than `sys::cached_pages` (`cachestat`), which Linux before
+/// 6.5, Debian 12's kernel among them, does not have.
 fn cached_pages(f: &fs::File, len: usize) -> usize {
     use std::os::fd::AsRawFd;
-    // SAFETY: sysconf has no preconditions.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
+    let page = usize::try_from(super::sys::page_size()).unwrap();
     // SAFETY: a fresh read-only shared mapping of an open file, never touched, unmapped below.
     let map = unsafe {
         libc::mmap(
