@@ -2,12 +2,14 @@
 # On-demand benchmark (not part of the test suite): Quarry running INSIDE the guest
 # lab against the guest kernel's own nvmet target, in ONE qemu boot, with the same
 # initiator (Debian 6.1's nvme-tcp / nvme-rdma + fio, libaio, direct=1), the same
-# backing (a fully written file of the same size on the guest's tmpfs) and the same
-# address (10.0.2.15). Prints a side-by-side table with Quarry/nvmet ratios.
+# backing (a fully written file of the same size for each, on the guest's tmpfs or on
+# an ext4 on a RAM disk) and the same address (10.0.2.15). Prints a side-by-side table
+# with Quarry/nvmet ratios.
 #
 #   tests/guest/nvme_bench.sh [--bin QUARRY] [--seconds N] [--warmup N] [--size-mib N]
 #                             [--no-rdma] [--qd32-jobs N] [--seq-qd N] [--out DIR]
 #                             [--timeout SECS] [--engine uring|threads]
+#                             [--backing tmpfs|ramdisk]
 #
 #   --bin        quarry binary (default $QUARRY_BIN, else target/release/quarry, built
 #                with `cargo build --release -p quarry --features rdma` as the test
@@ -22,6 +24,12 @@
 #   --seq-qd     queue depth of the 128k sequential read (default 8, one job)
 #   --engine     Quarry's --nvme-io-engine (default uring: the ring serves the tmpfs
 #                volume through its buffered descriptor; threads: the blocking pool)
+#   --backing    tmpfs (default): both files on the guest's tmpfs, which has no
+#                O_DIRECT in 6.1, so Quarry's ring hands every read to io_uring's
+#                worker threads and nvmet (buffered_io=1) to its buffered-I/O
+#                workqueue; ramdisk: both files on ext4 on a brd RAM disk
+#                (checks/ram_backing.sh), both O_DIRECT as in production (Quarry's
+#                direct descriptor, nvmet buffered_io=0), no worker thread for either
 #   --out        where the console log, raw result lines, fio JSON and the table go
 #                (default target/bench/nvme-guest/<UTC time>)
 #
@@ -50,6 +58,7 @@ seq_qd=8
 out=""
 timeout_secs=1800
 engine=uring
+backing=tmpfs
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -64,6 +73,7 @@ while [ $# -gt 0 ]; do
     --out) out="${2:?}"; shift 2 ;;
     --timeout) timeout_secs="${2:?}"; shift 2 ;;
     --engine) engine="${2:?}"; shift 2 ;;
+    --backing) backing="${2:?}"; shift 2 ;;
     -h | --help) usage ;;
     *) echo "nvme_bench: unknown argument: $1" >&2; usage ;;
     esac
@@ -72,6 +82,7 @@ for n in "$seconds" "$warmup" "$size_mib" "$qd32_jobs" "$seq_qd" "$timeout_secs"
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "nvme_bench: not a number: $n" >&2; exit 2; }
 done
 case "$engine" in uring | threads) ;; *) echo "nvme_bench: --engine is uring or threads" >&2; exit 2 ;; esac
+case "$backing" in tmpfs | ramdisk) ;; *) echo "nvme_bench: --backing is tmpfs or ramdisk" >&2; exit 2 ;; esac
 [ $((32 % qd32_jobs)) -eq 0 ] || { echo "nvme_bench: --qd32-jobs must divide 32" >&2; exit 2; }
 
 if [ -z "$bin" ]; then
@@ -103,6 +114,19 @@ params=(
     --param BENCH_RDMA="$rdma"
     --param QUARRY_IO_ENGINE="$engine"
 )
+checks=quarry_target,nvme_perf,quarry_stop
+if [ "$backing" = ramdisk ]; then
+    # Room for both namespaces and the file system's own blocks.
+    params+=(
+        --param RAM_BACKING_MIB=$((2 * size_mib + 128))
+        --param RAM_BACKING_MOUNT=/mnt/bench
+        --param QUARRY_DATA=/mnt/bench/quarry
+        --param BENCH_NVMET_BACKING=/mnt/bench/nvmet/ns1.img
+        --param BENCH_NVMET_BUFFERED=0
+        --param BENCH_BACKING=ramdisk-ext4
+    )
+    checks="ram_backing,$checks"
+fi
 if [ "$rdma" = 0 ]; then
     # No RDMA listener; a build without the feature must then report it unavailable.
     params+=(--param QUARRY_RDMA_PORT=)
@@ -111,9 +135,9 @@ fi
 
 results="$out/results.txt"
 : >"$results"
-echo "nvme_bench: $(basename "$bin") ($bin), ${seconds}s per run, ${size_mib} MiB, rdma=$rdma; output in $out" >&2
+echo "nvme_bench: $(basename "$bin") ($bin), ${seconds}s per run, ${size_mib} MiB, rdma=$rdma, backing=$backing; output in $out" >&2
 set +e
-"$HERE/run.sh" --checks quarry_target,nvme_perf,quarry_stop --extra-cpio "$out/quarry.cpio" \
+"$HERE/run.sh" --checks "$checks" --extra-cpio "$out/quarry.cpio" \
     "${params[@]}" --timeout "$timeout_secs" --log "$out/console.log" --results "$results" \
     --quiet >"$out/run.txt" 2>"$out/run.err" &
 runpid=$!
@@ -221,10 +245,12 @@ tnames = {("tcp", "nvmet"): "nvmet-tcp", ("rdma", "nvmet"): "nvmet-rdma", ("tcp"
 L = []
 L.append("NVMe-oF in the guest lab: Quarry vs the Linux kernel nvmet target, one qemu boot")
 L.append(f"guest: {config.get('kernel', '?')}, {config.get('nproc', '?')} vCPUs under qemu TCG; initiator: kernel nvme-tcp/nvme-rdma + {config.get('fio', 'fio')} (libaio, direct=1)")
-L.append(f"backing: {config.get('size_mib', '?')} MiB fully written file on guest tmpfs for both (Quarry --nvme-io-engine {config.get('quarry_engine', '?')}, nvmet file ns buffered_io=1); both at {config.get('addr', '?')}")
+where = {"tmpfs": "guest tmpfs", "ramdisk-ext4": "ext4 on a guest RAM disk (brd), O_DIRECT"}.get(config.get("backing", "tmpfs"), config.get("backing", "?"))
+L.append(f"backing: {config.get('size_mib', '?')} MiB fully written file for each on {where} (Quarry --nvme-io-engine {config.get('quarry_engine', '?')}, nvmet file ns buffered_io={config.get('nvmet_buffered_io', '1')}); both at {config.get('addr', '?')}")
 L.append(f"each run: connect, {config.get('warmup', '?')} s warm-up, {config.get('seconds', '?')} s measured, disconnect; Quarry then nvmet per workload")
 L.append("UNDER TCG ABSOLUTE NUMBERS ARE NOT MEANINGFUL: compare only the Quarry/nvmet ratios of this one boot.")
-L.append("Quarry runs its threads engine here (tmpfs has no O_DIRECT in 6.1); its default io_uring engine is not what is measured.")
+if config.get("backing", "tmpfs") == "tmpfs":
+    L.append("tmpfs has no O_DIRECT in 6.1: Quarry's ring hands every read to io_uring's worker threads, nvmet to its buffered-I/O workqueue.")
 L.append("lat = fio lat_ns percentiles, submission to completion (nvme-tcp can finish much of an I/O inside io_submit, which clat omits);")
 L.append("clat percentiles are in results.txt and fio/*.json. guest busy: /proc/stat busy share of all vCPUs over the run, fio included;")
 L.append("ticks seen: /proc/stat ticks counted / wall time x vCPUs (below 100%: the guest lost timer ticks, host contention).")

@@ -4,8 +4,10 @@
 # the guest (started by quarry_target, which must run first) against the kernel's
 # own nvmet target set up here, with the same initiator (the guest kernel's
 # nvme-tcp / nvme-rdma + fio, libaio, direct=1, default I/O queue count), the same
-# backing kind and size (a fully written file on the guest's tmpfs: Quarry's volume
-# file, nvmet's buffered_io file namespace) and the same address (10.0.2.15).
+# backing kind and size (a fully written file: Quarry's volume file, nvmet's file
+# namespace, side by side on the guest's tmpfs, where nvmet runs buffered_io=1, or on
+# the ram_backing set's ext4 on a RAM disk, where both go O_DIRECT) and the same
+# address (10.0.2.15).
 # Targets run one after the other, per workload: connect, fio warm-up, measured fio
 # run, disconnect; Quarry first, then nvmet.
 #
@@ -32,6 +34,11 @@
 #   QUARRY_DATA            Quarry's data directory (default /tmp/quarry)
 #   BENCH_NVMET_NQN        nvmet's subsystem (default nqn.2026-11.io.quarry:bench-nvmet)
 #   BENCH_NVMET_TCP_PORT / BENCH_NVMET_RDMA_PORT   default 4430 / 4431
+#   BENCH_NVMET_BACKING    nvmet's file (default /tmp/bench-nvmet/ns1.img, on tmpfs;
+#                          beneath the ram_backing mount to share Quarry's file system)
+#   BENCH_NVMET_BUFFERED   nvmet's buffered_io (default 1: tmpfs has no O_DIRECT; 0 on
+#                          a file system that has it, nvmet's own default)
+#   BENCH_BACKING          what the table calls the backing (default tmpfs)
 #   BENCH_RDMA             1 (default): also the NVMe/RDMA phase on Soft-RoCE
 #   BENCH_QD32_JOBS        fio jobs of the QD32 workload (default 2: 2 jobs x QD16)
 #   BENCH_SEQ_QD           queue depth of the 128k sequential read (default 8, 1 job)
@@ -64,11 +71,13 @@ BENCH_SEQ_QD="${BENCH_SEQ_QD:-8}"
 BENCH_TCP_WORKLOADS="${BENCH_TCP_WORKLOADS:-4k_qd1 4k_qd32 128k_seq}"
 BENCH_RDMA_WORKLOADS="${BENCH_RDMA_WORKLOADS:-4k_qd32 128k_seq}"
 CFG=/sys/kernel/config/nvmet
-NVMET_BACKING=/tmp/bench-nvmet/ns1.img
+NVMET_BACKING="${BENCH_NVMET_BACKING:-/tmp/bench-nvmet/ns1.img}"
+NVMET_BUFFERED="${BENCH_NVMET_BUFFERED:-1}"
+BENCH_BACKING="${BENCH_BACKING:-tmpfs}"
 WORK=/tmp/bench
 HOSTNQN="$(guest_hostnqn)"
 QPID="$(cat /tmp/quarry.pid 2>/dev/null)"
-mkdir -p "$WORK" /tmp/bench-nvmet
+mkdir -p "$WORK" "$(dirname "$NVMET_BACKING")"
 
 # A line for nvme_bench.sh: console and the results channel.
 emit() {
@@ -136,7 +145,7 @@ quarry_backing() {
     _sz="$(stat -c %s "$_f")"
     [ "$_sz" = $((BENCH_SIZE_MIB * 1048576)) ] ||
         { echo "$_f is $_sz bytes, want $BENCH_SIZE_MIB MiB (QUARRY_VOL_MIB=$BENCH_SIZE_MIB)"; return 1; }
-    dd if=/dev/zero of="$_f" bs=1M count="$BENCH_SIZE_MIB" conv=notrunc 2>&1
+    dd if=/dev/zero of="$_f" bs=1M count="$BENCH_SIZE_MIB" conv=notrunc,fsync 2>&1
 }
 
 nvmet() {
@@ -147,17 +156,20 @@ nvmet() {
     [ -d "$CFG/hosts/$HOSTNQN" ] || mkdir "$CFG/hosts/$HOSTNQN" || return 1
     ln -s "$CFG/hosts/$HOSTNQN" "$_s/allowed_hosts/$HOSTNQN" || return 1
     truncate -s "${BENCH_SIZE_MIB}M" "$NVMET_BACKING" &&
-        dd if=/dev/zero of="$NVMET_BACKING" bs=1M count="$BENCH_SIZE_MIB" conv=notrunc 2>&1 &&
+        dd if=/dev/zero of="$NVMET_BACKING" bs=1M count="$BENCH_SIZE_MIB" conv=notrunc,fsync 2>&1 &&
         mkdir "$_s/namespaces/1" &&
         echo -n "$NVMET_BACKING" >"$_s/namespaces/1/device_path" &&
-        echo 1 >"$_s/namespaces/1/buffered_io" &&
+        echo "$NVMET_BUFFERED" >"$_s/namespaces/1/buffered_io" &&
         echo 1 >"$_s/namespaces/1/enable" || return 1
     mkdir "$CFG/ports/41" &&
         echo tcp >"$CFG/ports/41/addr_trtype" &&
         echo ipv4 >"$CFG/ports/41/addr_adrfam" &&
         echo "$BENCH_ADDR" >"$CFG/ports/41/addr_traddr" &&
         echo "$BENCH_NVMET_TCP_PORT" >"$CFG/ports/41/addr_trsvcid" &&
-        ln -s "$_s" "$CFG/ports/41/subsystems/$BENCH_NVMET_NQN"
+        ln -s "$_s" "$CFG/ports/41/subsystems/$BENCH_NVMET_NQN" || return 1
+    # The fills went through the page cache; neither target reads it on an O_DIRECT
+    # backing, so give its memory back before anything is measured.
+    sync && echo 3 >/proc/sys/vm/drop_caches
 }
 nvmet_rdma_port() {
     mkdir "$CFG/ports/42" &&
@@ -334,7 +346,7 @@ if [ "$rdma_ok" = 1 ]; then
     run_step nvme_perf.nvmet_rdma_port nvmet_rdma_port || rdma_ok=0
 fi
 if idle >/dev/null 2>&1; then pass nvme_perf.idle "$IDLE_DETAIL"; else fail nvme_perf.idle "$IDLE_DETAIL"; fi
-emit "BENCH-CONFIG seconds=$BENCH_SECONDS warmup=$BENCH_WARMUP size_mib=$BENCH_SIZE_MIB addr=$BENCH_ADDR nproc=$(nproc) kernel=$(uname -r) fio=$(fio --version) quarry_engine=${QUARRY_IO_ENGINE:-uring}"
+emit "BENCH-CONFIG seconds=$BENCH_SECONDS warmup=$BENCH_WARMUP size_mib=$BENCH_SIZE_MIB addr=$BENCH_ADDR nproc=$(nproc) kernel=$(uname -r) fio=$(fio --version) quarry_engine=${QUARRY_IO_ENGINE:-uring} backing=$BENCH_BACKING nvmet_buffered_io=$NVMET_BUFFERED"
 
 for wl in $BENCH_TCP_WORKLOADS; do
     run_one tcp "$wl" quarry tcp "$QUARRY_TCP_PORT" "$NVME_NQN"
