@@ -20,8 +20,9 @@
 //! readers); inference fan-out (8 clients read the same weights file); small files (20,000
 //! files of 16-128 KiB in 100 directories: create+write, list, read); one directory of
 //! 100,000 entries listed. `smbclient` (one stream put and get) is the cross-check. The
-//! machine's ceilings are measured in the same run: loopback TCP and fio O_DIRECT on the
-//! share's file system.
+//! machine's ceilings are measured in the same run: loopback TCP with iperf3 (one stream,
+//! and as many streams as the fan-out has sessions) and fio O_DIRECT on the share's file
+//! system.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -265,37 +266,54 @@ fn parallel(port: u16, mode: &str, commands: &[String], log: &Path) -> anyhow::R
     Ok(slowest)
 }
 
-/// Loopback TCP ceiling: one sender, one receiver, 1 MiB writes, `bytes` in all; MB/s.
-fn loopback_tcp_mbps(bytes: u64) -> anyhow::Result<f64> {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let addr = listener.local_addr()?;
-    let reader = std::thread::spawn(move || -> std::io::Result<u64> {
-        let (mut s, _) = listener.accept()?;
-        let mut buf = vec![0u8; 1 << 20];
-        let mut total = 0u64;
-        loop {
-            let n = s.read(&mut buf)?;
-            if n == 0 {
-                return Ok(total);
-            }
-            total += n as u64;
+/// Seconds of each iperf3 run.
+const IPERF_SECS: u32 = 5;
+
+/// Loopback TCP ceiling from iperf3 (the tool): `streams` parallel streams from
+/// 127.0.0.1 to a one-off server for [`IPERF_SECS`]; MB/s received, all streams together.
+/// The raw JSON is kept in `out`.
+fn iperf3_loopback_mbps(streams: usize, out: &Path) -> anyhow::Result<f64> {
+    let port = free_port()?;
+    let mut server = Command::new("iperf3")
+        .args(["--server", "--one-off", "--bind", "127.0.0.1", "--port"])
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("running iperf3 (apt-get install iperf3)")?;
+    // The server needs a moment to listen; a client that finds nothing there fails at once
+    // (with --json, iperf3 3.12 reports that in the JSON's "error" and still exits 0).
+    let mut attempt = 0;
+    let (output, v) = loop {
+        let output = Command::new("iperf3")
+            .args(["--client", "127.0.0.1", "--json", "--port"])
+            .arg(port.to_string())
+            .args(["--time", &IPERF_SECS.to_string()])
+            .args(["--parallel", &streams.to_string()])
+            .output()
+            .context("running iperf3 (apt-get install iperf3)")?;
+        let v: Option<serde_json::Value> = serde_json::from_slice(&output.stdout).ok();
+        let ok = output.status.success() && v.as_ref().is_some_and(|v| v.get("error").is_none());
+        attempt += 1;
+        if ok || attempt >= 50 {
+            break (output, v);
         }
-    });
-    let mut s = std::net::TcpStream::connect(addr)?;
-    let chunk = vec![0x5au8; 1 << 20];
-    let start = Instant::now();
-    let mut sent = 0u64;
-    while sent < bytes {
-        s.write_all(&chunk)?;
-        sent += chunk.len() as u64;
-    }
-    drop(s);
-    let got = reader
-        .join()
-        .map_err(|_| anyhow::anyhow!("loopback reader panicked"))??;
-    ensure!(got == sent, "loopback: sent {sent}, received {got}");
-    Ok(sent as f64 / 1e6 / start.elapsed().as_secs_f64())
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = server.kill();
+    let _ = server.wait();
+    std::fs::write(out.join(format!("iperf3-{streams}.json")), &output.stdout)?;
+    let v = v.context("iperf3 printed no JSON")?;
+    ensure!(
+        output.status.success() && v.get("error").is_none(),
+        "iperf3 failed: {}{}",
+        v.get("error").map(|e| e.to_string()).unwrap_or_default(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let bits = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .context("iperf3 JSON without end.sum_received.bits_per_second")?;
+    Ok(bits / 8.0 / 1e6)
 }
 
 /// The share file system's ceiling: fio sequential 1 MiB O_DIRECT write then read of
@@ -666,10 +684,13 @@ fn main() -> anyhow::Result<()> {
             .with_context(|| format!("preparing {}'s data sets", s.name))?;
     }
 
-    let tcp = loopback_tcp_mbps(4 << 30)?;
+    let tcp_one = iperf3_loopback_mbps(1, &out)?;
+    // The fan-out's ceiling: as many streams as it opens sessions.
+    let tcp = iperf3_loopback_mbps(a.fanout, &out)?;
     let (fio_w, fio_r) = fio_ceiling(&quarry.share_dir, 1024, &out)?;
     let ceilings = format!(
-        "Ceilings measured in this run: loopback TCP {tcp:.0} MB/s (one stream); the share's file system with fio O_DIRECT 1 MiB: write {fio_w:.0} MB/s, read {fio_r:.0} MB/s\n"
+        "Ceilings measured in this run: loopback TCP (iperf3, {IPERF_SECS} s) {tcp_one:.0} MB/s with one stream, {tcp:.0} MB/s with {} streams (the fan-out's ceiling); the share's file system with fio O_DIRECT 1 MiB: write {fio_w:.0} MB/s, read {fio_r:.0} MB/s\n",
+        a.fanout
     );
     print!("{ceilings}");
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -758,7 +779,11 @@ fn main() -> anyhow::Result<()> {
                 fu = unit.figure(),
             ));
             let reached = if *name == "fan-out read" {
-                format!("{:.0}% of loopback TCP", qf.value / tcp * 100.0)
+                format!(
+                    "{:.0}% of loopback TCP ({} streams)",
+                    qf.value / tcp * 100.0,
+                    a.fanout
+                )
             } else {
                 format!("{ratio:.2}x Samba's figure, {cpu_ratio:.2}x its server CPU")
             };
