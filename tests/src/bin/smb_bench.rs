@@ -17,7 +17,7 @@
 //! shapes kept: checkpoint save (8 ranks x 512 MiB of model and optimizer state in 1-8 MiB
 //! writes, FLUSH; figure over the slowest rank) and restore after dropping the page cache;
 //! a 3D-UNet training epoch (200 files of 16 MiB ±50% read whole in one shuffled order by 4
-//! readers); inference fan-out (8 clients read the same weights file); small files (20,000
+//! readers); inference fan-out (16 clients read the same 2 GiB weights file); small files (20,000
 //! files of 16-128 KiB in 100 directories: create+write, list, read); one directory of
 //! 100,000 entries listed. `smbclient` (one stream put and get) is the cross-check. The
 //! machine's ceilings are measured in the same run: loopback TCP with iperf3 (one stream,
@@ -46,6 +46,7 @@ struct Args {
     train_mib: u64,
     readers: usize,
     fanout: usize,
+    fanout_mib: u64,
     small_files: usize,
     small_dirs: usize,
     workers: usize,
@@ -57,7 +58,7 @@ struct Args {
 }
 
 const HELP: &str = "smb_bench [--ranks 8] [--rank-mib 512] [--train-files 200] [--train-mib 16] \
-[--readers 4] [--fanout 8] [--small-files 20000] [--small-dirs 100] [--workers 8] \
+[--readers 4] [--fanout 16] [--fanout-mib 2048] [--small-files 20000] [--small-dirs 100] [--workers 8] \
 [--list-entries 100000] [--xcheck-mib 512] [--runs 2] [--only sign|encrypt] [--out DIR]";
 
 fn args() -> anyhow::Result<Args> {
@@ -67,7 +68,8 @@ fn args() -> anyhow::Result<Args> {
         train_files: 200,
         train_mib: 16,
         readers: 4,
-        fanout: 8,
+        fanout: 16,
+        fanout_mib: 2048,
         small_files: 20_000,
         small_dirs: 100,
         workers: 8,
@@ -87,6 +89,7 @@ fn args() -> anyhow::Result<Args> {
             "--train-mib" => a.train_mib = value()?.parse()?,
             "--readers" => a.readers = value()?.parse()?,
             "--fanout" => a.fanout = value()?.parse()?,
+            "--fanout-mib" => a.fanout_mib = value()?.parse()?,
             "--small-files" => a.small_files = value()?.parse()?,
             "--small-dirs" => a.small_dirs = value()?.parse()?,
             "--workers" => a.workers = value()?.parse()?,
@@ -115,6 +118,7 @@ fn args() -> anyhow::Result<Args> {
             && a.train_mib >= 1
             && a.readers >= 1
             && a.fanout >= 1
+            && a.fanout_mib >= 1
             && a.small_files >= a.small_dirs
             && a.small_dirs >= 1
             && a.small_dirs <= 1000
@@ -349,6 +353,9 @@ fn fio_ceiling(dir: &Path, size_mib: u64, out: &Path) -> anyhow::Result<(f64, f6
     Ok((figures[0], figures[1]))
 }
 
+/// The weights file of the fan-out, prepared in each share (`--fanout-mib`).
+const WEIGHTS: &str = "weights.bin";
+
 /// The server's own data the bench writes into (cleared before every run).
 const WRITTEN: [&str; 3] = ["ckpt", "small", "xcheck.bin"];
 
@@ -370,6 +377,7 @@ fn clear_written(share_dir: &Path) -> anyhow::Result<()> {
 fn prepare_datasets(
     share_dir: &Path,
     train: &[(String, u64)],
+    weights_mib: u64,
     list_entries: u64,
 ) -> anyhow::Result<()> {
     let mut rng = wl::Rng::new(0xda7a);
@@ -378,7 +386,8 @@ fn prepare_datasets(
         chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..chunk.len()]);
     }
     std::fs::create_dir_all(share_dir.join("train"))?;
-    for (name, len) in train {
+    let weights = (WEIGHTS.to_string(), weights_mib << 20);
+    for (name, len) in train.iter().chain([&weights]) {
         let path = share_dir.join(name.replace('\\', "/"));
         let mut f = std::fs::File::create(&path)?;
         let mut left = *len;
@@ -547,10 +556,9 @@ fn run_all(
     figs.push(measure(server, 2, || {
         rt.block_on(wl::training_read(&t, train, a.readers))
     })?);
-    let [_, (weights, weights_len)] = wl::checkpoint_files(0, a.rank_mib);
-    warm([server.share_dir.join(weights.replace('\\', "/"))])?;
+    warm([server.share_dir.join(WEIGHTS)])?;
     figs.push(measure(server, 3, || {
-        rt.block_on(wl::fanout_read(&t, &weights, weights_len, a.fanout))
+        rt.block_on(wl::fanout_read(&t, WEIGHTS, a.fanout_mib << 20, a.fanout))
     })?);
     let (files, dirs, workers) = (a.small_files, a.small_dirs, a.workers);
     figs.push(measure(server, 4, || {
@@ -628,7 +636,7 @@ fn main() -> anyhow::Result<()> {
     let out = a.out.canonicalize()?;
     let work = tempfile::tempdir()?;
     println!(
-        "SMB bench: quarry {} vs Samba smbd; client: the smb crate; {} ranks x {} MiB, {} training files of {} MiB ±50% ({} readers), fan-out {}, {} small files in {} dirs ({} workers), a {}-entry directory; best of {} A/B runs; raw output in {}",
+        "SMB bench: quarry {} vs Samba smbd; client: the smb crate; {} ranks x {} MiB, {} training files of {} MiB ±50% ({} readers), fan-out {} x {} MiB, {} small files in {} dirs ({} workers), a {}-entry directory; best of {} A/B runs; raw output in {}",
         quarry_tests::quarry_bin()?.display(),
         a.ranks,
         a.rank_mib,
@@ -636,6 +644,7 @@ fn main() -> anyhow::Result<()> {
         a.train_mib,
         a.readers,
         a.fanout,
+        a.fanout_mib,
         a.small_files,
         a.small_dirs,
         a.workers,
@@ -680,7 +689,7 @@ fn main() -> anyhow::Result<()> {
         cpu: Box::new(move || tree_cpu_seconds(spid).unwrap_or(0.0)),
     };
     for s in [&quarry, &samba] {
-        prepare_datasets(&s.share_dir, &train, a.list_entries)
+        prepare_datasets(&s.share_dir, &train, a.fanout_mib, a.list_entries)
             .with_context(|| format!("preparing {}'s data sets", s.name))?;
     }
 
