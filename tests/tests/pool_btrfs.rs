@@ -660,7 +660,12 @@ async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<
     }
     let (s, job) = api.post("/api/v1/pool/expand", &json!({}))?;
     assert_eq!(s, 202, "{job}");
-    wait_job(&api, &job);
+    let done = wait_job(&api, &job);
+    let raw = |k: &str| done["detail"][k].as_u64().unwrap_or(0);
+    assert_eq!(raw("raw_bytes_after"), 4 * GIB, "{done}");
+    assert!(raw("raw_bytes_before") < raw("raw_bytes_after"), "{done}");
+    // The job's end is recorded after the pool's health is re-checked: the status
+    // read right away already shows the grown devices.
     let p = api.get("/api/v1/pool")?.1;
     assert!(
         p["devices"]

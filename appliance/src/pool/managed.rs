@@ -537,9 +537,8 @@ pub async fn health_round(state: &AppState) {
     }
     let db = state.db.clone();
     let res = tokio::task::spawn_blocking(move || {
-        let h = check(pool.root());
+        let h = pool.store_health_of(check);
         let cap = pool.capacity().ok();
-        pool.set_health(h.clone());
         raise_events(&db, &h, cap)
     })
     .await;
@@ -716,7 +715,7 @@ pub fn import(db: &Db, pool: &DirectoryPool) -> anyhow::Result<()> {
             );
         }
     }
-    pool.set_health(check(pool.root()));
+    pool.store_health_of(check);
     Ok(())
 }
 
@@ -738,7 +737,17 @@ impl JobCtx {
 
 type JobFn = Box<dyn FnOnce(JobCtx) -> Result<serde_json::Value, PoolError> + Send>;
 
-/// Records a job and runs `f` on a blocking thread; the API answers at once with the job.
+/// Re-checks a managed pool's health at once, so that a job's effect (a device added,
+/// removed, replaced or grown) shows in `GET /pool` by the time the job reports its end,
+/// not a poller round later.
+fn refresh_health(pool: &DirectoryPool) {
+    if pool.is_btrfs() {
+        pool.store_health_of(check);
+    }
+}
+
+/// Records a job and runs `f` on a blocking thread, then refreshes the pool's health
+/// before recording how the job ended; the API answers at once with the job.
 pub async fn spawn_job(
     state: &AppState,
     actor: Actor,
@@ -754,7 +763,13 @@ pub async fn spawn_job(
     tokio::spawn(async move {
         let _ = db.update_job(id, JobState::Running, 0.0, None, None);
         let ctx = JobCtx { db: db.clone(), id };
-        let res = tokio::task::spawn_blocking(move || f(ctx)).await;
+        let pool = st.pool.clone();
+        let res = tokio::task::spawn_blocking(move || {
+            let res = f(ctx);
+            refresh_health(&pool);
+            res
+        })
+        .await;
         let db2 = db.clone();
         let _ = tokio::task::spawn_blocking(move || match res {
             Ok(Ok(detail)) => {
@@ -792,8 +807,9 @@ pub fn recover_jobs(state: &AppState) -> DbResult<()> {
             let (db, kick) = (state.db.clone(), state.clone());
             let old = job.detail["old"].as_str().unwrap_or_default().to_string();
             tokio::spawn(async move {
+                let pool = kick.pool.clone();
                 let res = tokio::task::spawn_blocking(move || {
-                    match watch_replace(&root, &ctx) {
+                    let res = match watch_replace(&root, &ctx) {
                         // Finished before the restart (btrfs only reports the current
                         // mount's replace): done if the old device left the pool.
                         Err(PoolError::Conflict(_))
@@ -802,7 +818,9 @@ pub fn recover_jobs(state: &AppState) -> DbResult<()> {
                             Ok(())
                         }
                         other => other,
-                    }
+                    };
+                    refresh_health(&pool);
+                    res
                 })
                 .await;
                 let _ = match res {
@@ -1113,7 +1131,7 @@ pub fn create(
         uuid: rec.uuid.clone(),
         profile: rec.profile.clone(),
     });
-    pool.set_health(check(pool.root()));
+    pool.store_health_of(check);
     state.notify(ConfigChange::Shares);
     state.notify(ConfigChange::Volumes);
     Ok(serde_json::json!({ "uuid": rec.uuid, "profile": rec.profile, "devices": devs }))

@@ -57,6 +57,8 @@ pub struct DirectoryPool {
     backend: RwLock<Backend>,
     /// Last health check of the managed pool.
     health: RwLock<managed::Health>,
+    /// Held while a health check runs and is stored, so checks store in the order they ran.
+    health_check: std::sync::Mutex<()>,
     /// Set while a managed pool is being created: no datasets may appear meanwhile.
     creating: std::sync::atomic::AtomicBool,
     /// Wakes the health poller for an immediate check (after a replace, an add, ...).
@@ -77,6 +79,7 @@ impl DirectoryPool {
             quotas: RwLock::new(HashMap::new()),
             backend: RwLock::new(Backend::Directory),
             health: RwLock::new(managed::Health::default()),
+            health_check: std::sync::Mutex::new(()),
             creating: std::sync::atomic::AtomicBool::new(false),
             kick: tokio::sync::Notify::new(),
         })
@@ -116,10 +119,15 @@ impl DirectoryPool {
         self.health.read().map(|h| h.clone()).unwrap_or_default()
     }
 
-    /// Stores a health check.
-    pub fn set_health(&self, health: managed::Health) {
+    /// Runs `check` on the pool root and stores its result, one check at a time: a
+    /// poller's check that began before a job changed the pool cannot land after the
+    /// job's own check and hide the change.
+    pub fn store_health_of(&self, check: impl FnOnce(&Path) -> managed::Health) -> managed::Health {
+        let _one_at_a_time = self.health_check.lock().unwrap_or_else(|p| p.into_inner());
+        let health = check(&self.root);
         let mut h = self.health.write().unwrap_or_else(|p| p.into_inner());
-        *h = health;
+        *h = health.clone();
+        health
     }
 
     /// Marks (or clears) a managed pool creation in progress; returns false when one was
@@ -331,6 +339,51 @@ mod tests {
             dataset: format!("shares/{name}"),
             created_at: 0,
         }
+    }
+
+    /// A check that began before a change (here: reports Degraded, slowly) and one that
+    /// began after it (Healthy) store in the order they ran, so the later one stays.
+    #[test]
+    fn health_checks_store_in_the_order_they_ran() {
+        use managed::{Health, PoolState};
+        use std::sync::mpsc::channel;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let pool = Arc::new(DirectoryPool::open(dir.path()).unwrap());
+        let (started, in_check) = channel();
+        let (release, hold) = channel::<()>();
+        let early = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                pool.store_health_of(|_| {
+                    started.send(()).unwrap();
+                    hold.recv().unwrap();
+                    Health {
+                        state: PoolState::Degraded,
+                        ..Health::default()
+                    }
+                })
+            })
+        };
+        in_check.recv().unwrap();
+        let (finished, late_done) = channel();
+        let late = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                pool.store_health_of(|_| Health::default());
+                finished.send(()).unwrap();
+            })
+        };
+        // The late check must wait for the early one; give it the chance not to.
+        let overtook = late_done.recv_timeout(Duration::from_millis(300)).is_ok();
+        release.send(()).unwrap();
+        early.join().unwrap();
+        late.join().unwrap();
+        assert!(
+            !overtook,
+            "a later check ran while an earlier one was storing"
+        );
+        assert_eq!(pool.health().state, PoolState::Healthy);
     }
 
     #[test]
