@@ -7,6 +7,8 @@
 GUEST_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 GUEST_REPO_ROOT="$(cd "$GUEST_DIR/../.." && pwd)"
 GUEST_CACHE_ROOT="${GUEST_CACHE_ROOT:-$GUEST_REPO_ROOT/.cache/guest}"
+# shellcheck source=dev/lib.sh
+. "$GUEST_REPO_ROOT/dev/lib.sh"
 
 # Host packages the lab needs, as "command:package" pairs: a missing command
 # installs its package. Samba is only needed by the reference run (reference.sh).
@@ -37,27 +39,10 @@ GUEST_REFERENCE_PREREQS=(
 guest_log() { printf '[guest-lab] %s\n' "$*" >&2; }
 guest_die() { guest_log "error: $*"; exit 2; }
 
-# Installs (with apt-get) whatever of the given "command:package" pairs is
-# missing. apt-get update runs once, only when something must be installed.
+# Installs what the given "command:package" pairs name for missing commands
+# (one apt-get update, only when something must be installed); dies if that fails.
 guest_install_missing() {
-    local pair cmd pkg missing=()
-    for pair in "$@"; do
-        cmd="${pair%%:*}"
-        pkg="${pair#*:}"
-        if ! command -v "$cmd" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$cmd" ] && [ ! -x "/sbin/$cmd" ]; then
-            missing+=("$pkg")
-        fi
-    done
-    [ "${#missing[@]}" -eq 0 ] && return 0
-    # De-duplicate while keeping order.
-    local uniq
-    uniq="$(printf '%s\n' "${missing[@]}" | awk '!seen[$0]++' | tr '\n' ' ')"
-    guest_log "installing host prerequisites: $uniq"
-    [ "$(id -u)" -eq 0 ] || guest_die "need root to apt-get install: $uniq"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq || guest_die "apt-get update failed"
-    # shellcheck disable=SC2086
-    apt-get install -y -qq --no-install-recommends $uniq >/dev/null || guest_die "apt-get install $uniq failed"
+    install_packages_for_commands "$@" || guest_die "installing host prerequisites failed"
 }
 
 # The one call CI makes on a fresh machine before anything else in the lab.

@@ -8,16 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 
-missing=()
-[ -x /usr/bin/chromium ] || missing+=(chromium)
-command -v smbclient >/dev/null || missing+=(smbclient)
-command -v npm >/dev/null || missing+=(nodejs npm)
-if [ ${#missing[@]} -gt 0 ]; then
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# shellcheck source=dev/lib.sh
+. dev/lib.sh
+install_packages_for_commands chromium:chromium smbclient:smbclient npm:npm
 if [ ! -d tests/webui/node_modules/playwright-core ]; then
     (cd tests/webui && npm ci --no-audit --no-fund --loglevel=error)
 fi
