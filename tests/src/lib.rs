@@ -481,5 +481,6 @@ impl Api {
         ))
     }
 }
+pub mod loopback;
 pub mod nvme_initiator;
 pub mod smb_workloads;

@@ -1,7 +1,9 @@
 //! NVMe/TCP benchmark (issue 8): the Rust test initiator against a Quarry namespace,
 //! side by side with fio on the namespace's backing file (the ceiling), in one run.
 //! Prints IOPS, MB/s, p50/p99 latency and the server's CPU per I/O, and keeps fio's raw
-//! JSON. Run on demand, never part of the test suite's pass/fail:
+//! JSON. The loopback TCP ceiling (iperf3, one stream and one per queue) is measured in
+//! the same run: every byte to or from Quarry crosses it, so where fio's figure is above
+//! it, the fio ratio a TCP target can reach on this host is capped by the network. Run on demand, never part of the test suite's pass/fail:
 //!
 //! ```sh
 //! cargo build --release -p quarry -p quarry-tests
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use quarry_nvmeof::spec::{admin_opc, io_opc};
+use quarry_tests::loopback::{iperf3_loopback_mbps, IPERF_SECS};
 use quarry_tests::nvme_initiator::{rw_sqe, Command, Controller, Options, Queue};
 use quarry_tests::procstat::cpu_seconds;
 use quarry_tests::QuarryProcess;
@@ -408,9 +411,24 @@ async fn main() -> anyhow::Result<()> {
         rows.push((shape, q, f));
     }
 
+    // The network's ceiling for each queue count the shapes use, measured after the
+    // workloads so that iperf3 does not run beside them.
+    let mut streams: Vec<u16> = rows.iter().map(|(shape, _, _)| shape.queues).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    let mut tcp = Vec::new();
+    for n in streams {
+        tcp.push((n, iperf3_loopback_mbps(usize::from(n), &a.out)?));
+    }
+    let tcp_for = |queues: u16| {
+        tcp.iter()
+            .find(|(n, _)| *n == queues)
+            .map_or(f64::NAN, |(_, mbps)| *mbps)
+    };
+
     let mut table = String::new();
     table.push_str(&format!(
-        "{:<22} {:>10} {:>9} {:>8} {:>8} {:>10} {:>9} {:>8} {:>8} {:>7} {:>12}\n",
+        "{:<22} {:>10} {:>9} {:>8} {:>8} {:>10} {:>9} {:>8} {:>8} {:>7} {:>7} {:>12}\n",
         "workload",
         "quarry IOPS",
         "MB/s",
@@ -421,6 +439,7 @@ async fn main() -> anyhow::Result<()> {
         "p50 us",
         "p99 us",
         "ratio",
+        "of TCP",
         "srv CPU us/IO"
     ));
     for (shape, q, f) in &rows {
@@ -429,7 +448,7 @@ async fn main() -> anyhow::Result<()> {
             .map(|s| format!("{:.1}", s * 1e6 / q.ios.max(1) as f64))
             .unwrap_or_else(|| "n/a".into());
         table.push_str(&format!(
-            "{:<22} {:>10.0} {:>9.1} {:>8.0} {:>8.0} {:>10.0} {:>9.1} {:>8.0} {:>8.0} {:>6.0}% {:>12}\n",
+            "{:<22} {:>10.0} {:>9.1} {:>8.0} {:>8.0} {:>10.0} {:>9.1} {:>8.0} {:>8.0} {:>6.0}% {:>6.0}% {:>12}\n",
             shape.name,
             q.iops(),
             q.mbps(shape.block),
@@ -440,13 +459,38 @@ async fn main() -> anyhow::Result<()> {
             f.p50_us,
             f.p99_us,
             100.0 * q.iops() / f.iops().max(1e-9),
+            100.0 * q.mbps(shape.block) / tcp_for(shape.queues),
             cpu_per_io
         ));
+    }
+    let ceilings: Vec<String> = tcp
+        .iter()
+        .map(|(n, mbps)| {
+            format!(
+                "{mbps:.0} MB/s with {n} stream{}",
+                if *n == 1 { "" } else { "s" }
+            )
+        })
+        .collect();
+    table.push_str(&format!(
+        "Loopback TCP ceiling measured in this run (iperf3, {IPERF_SECS} s): {}.\n",
+        ceilings.join(", ")
+    ));
+    for (shape, _, f) in &rows {
+        let (fio, net) = (f.mbps(shape.block), tcp_for(shape.queues));
+        if fio > net {
+            table.push_str(&format!(
+                "{}: fio's {fio:.0} MB/s is above the loopback ceiling ({net:.0} MB/s); over TCP on this host the most is {:.0}% of fio.\n",
+                shape.name,
+                100.0 * net / fio
+            ));
+        }
     }
     print!("{table}");
     std::fs::write(a.out.join("table.txt"), &table)?;
     println!(
         "ratio = Quarry over NVMe/TCP loopback / fio directly on the backing file (the ceiling).\n\
+         of TCP = Quarry's MB/s / iperf3's loopback TCP MB/s with one stream per queue.\n\
          The initiator runs on the same 2 cores as the server: CPU per I/O is the deciding figure."
     );
     drop(c);

@@ -29,6 +29,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
+use quarry_tests::loopback::{iperf3_loopback_mbps, IPERF_SECS};
 use quarry_tests::procstat::{cpu_seconds, tree_cpu_seconds};
 use quarry_tests::smb_workloads::{self as wl, Outcome, Target};
 use quarry_tests::{free_port, QuarryProcess};
@@ -268,56 +269,6 @@ fn parallel(port: u16, mode: &str, commands: &[String], log: &Path) -> anyhow::R
         slowest = slowest.max(start.elapsed().as_secs_f64());
     }
     Ok(slowest)
-}
-
-/// Seconds of each iperf3 run.
-const IPERF_SECS: u32 = 5;
-
-/// Loopback TCP ceiling from iperf3 (the tool): `streams` parallel streams from
-/// 127.0.0.1 to a one-off server for [`IPERF_SECS`]; MB/s received, all streams together.
-/// The raw JSON is kept in `out`.
-fn iperf3_loopback_mbps(streams: usize, out: &Path) -> anyhow::Result<f64> {
-    let port = free_port()?;
-    let mut server = Command::new("iperf3")
-        .args(["--server", "--one-off", "--bind", "127.0.0.1", "--port"])
-        .arg(port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("running iperf3 (apt-get install iperf3)")?;
-    // The server needs a moment to listen; a client that finds nothing there fails at once
-    // (with --json, iperf3 3.12 reports that in the JSON's "error" and still exits 0).
-    let mut attempt = 0;
-    let (output, v) = loop {
-        let output = Command::new("iperf3")
-            .args(["--client", "127.0.0.1", "--json", "--port"])
-            .arg(port.to_string())
-            .args(["--time", &IPERF_SECS.to_string()])
-            .args(["--parallel", &streams.to_string()])
-            .output()
-            .context("running iperf3 (apt-get install iperf3)")?;
-        let v: Option<serde_json::Value> = serde_json::from_slice(&output.stdout).ok();
-        let ok = output.status.success() && v.as_ref().is_some_and(|v| v.get("error").is_none());
-        attempt += 1;
-        if ok || attempt >= 50 {
-            break (output, v);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let _ = server.kill();
-    let _ = server.wait();
-    std::fs::write(out.join(format!("iperf3-{streams}.json")), &output.stdout)?;
-    let v = v.context("iperf3 printed no JSON")?;
-    ensure!(
-        output.status.success() && v.get("error").is_none(),
-        "iperf3 failed: {}{}",
-        v.get("error").map(|e| e.to_string()).unwrap_or_default(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let bits = v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .context("iperf3 JSON without end.sum_received.bits_per_second")?;
-    Ok(bits / 8.0 / 1e6)
 }
 
 /// The share file system's ceiling: fio sequential 1 MiB O_DIRECT write then read of
