@@ -415,6 +415,19 @@ struct Figure {
     client_cores: f64,
 }
 
+/// The most any server could reach with this client on `cores` cores: the rate at which
+/// the client alone would use every core, from its CPU per unit in `f` (a server costing
+/// nothing). A client-bound row's ratio cannot pass this over the other server's figure.
+fn client_cap(f: &Figure, unit: Unit, cores: usize) -> f64 {
+    let cores = cores as f64;
+    match unit {
+        // s/GiB -> MB/s
+        Unit::Bytes => cores / f.client_cpu * f64::from(1u32 << 30) / 1e6,
+        // ms per 1,000 units -> units/s
+        Unit::Files | Unit::Entries => cores / f.client_cpu * 1e6,
+    }
+}
+
 /// CPU seconds this process (the client) has used.
 fn own_cpu_seconds() -> f64 {
     cpu_seconds(std::process::id()).unwrap_or(0.0)
@@ -747,8 +760,25 @@ fn main() -> anyhow::Result<()> {
             } else {
                 format!("{ratio:.2}x Samba's figure, {cpu_ratio:.2}x its server CPU")
             };
+            let cap = if bound(&qf) == "client-bound" && qf.client_cpu > 0.0 {
+                let cap = client_cap(&qf, *unit, threads);
+                let against = if *name == "fan-out read" {
+                    format!("{:.0}% of loopback TCP", cap / tcp * 100.0)
+                } else {
+                    format!("{:.2}x Samba's figure", cap / sf.value)
+                };
+                format!(
+                    "; client-bound: the client alone spends {:.2} {} here, so with it no server \
+                     could pass {cap:.0} {} on {threads} cores ({against})",
+                    qf.client_cpu,
+                    unit.cpu(),
+                    unit.figure()
+                )
+            } else {
+                String::new()
+            };
             summary.push(format!(
-                "- {name}, {mode}: {reached} ({})",
+                "- {name}, {mode}: {reached} ({}){cap}",
                 target_of(name, mode)
             ));
         }
