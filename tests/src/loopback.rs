@@ -15,8 +15,9 @@ pub const IPERF_SECS: u32 = 5;
 
 /// Loopback TCP ceiling from iperf3 (the tool): `streams` parallel streams from
 /// 127.0.0.1 to a one-off server for [`IPERF_SECS`]; MB/s received, all streams together.
-/// The raw JSON is kept in `out`.
-pub fn iperf3_loopback_mbps(streams: usize, out: &Path) -> anyhow::Result<f64> {
+/// The raw JSON is kept in `out`, named after the stream count and `tag` (which tells
+/// apart several measurements of one run).
+pub fn iperf3_loopback_mbps(streams: usize, tag: &str, out: &Path) -> anyhow::Result<f64> {
     let port = free_port()?;
     let mut server = Command::new("iperf3")
         .args(["--server", "--one-off", "--bind", "127.0.0.1", "--port"])
@@ -46,7 +47,12 @@ pub fn iperf3_loopback_mbps(streams: usize, out: &Path) -> anyhow::Result<f64> {
     };
     let _ = server.kill();
     let _ = server.wait();
-    std::fs::write(out.join(format!("iperf3-{streams}.json")), &output.stdout)?;
+    let name = if tag.is_empty() {
+        format!("iperf3-{streams}.json")
+    } else {
+        format!("iperf3-{streams}-{tag}.json")
+    };
+    std::fs::write(out.join(name), &output.stdout)?;
     let v = v.context("iperf3 printed no JSON")?;
     ensure!(
         output.status.success() && v.get("error").is_none(),

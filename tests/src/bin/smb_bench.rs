@@ -657,9 +657,9 @@ fn main() -> anyhow::Result<()> {
             .with_context(|| format!("preparing {}'s data sets", s.name))?;
     }
 
-    let tcp_one = iperf3_loopback_mbps(1, &out)?;
+    let tcp_one = iperf3_loopback_mbps(1, "", &out)?;
     // The fan-out's ceiling: as many streams as it opens sessions.
-    let tcp = iperf3_loopback_mbps(a.fanout, &out)?;
+    let tcp = iperf3_loopback_mbps(a.fanout, "", &out)?;
     let (fio_w, fio_r) = fio_ceiling(&quarry.share_dir, 1024, &out)?;
     let ceilings = format!(
         "Ceilings measured in this run: loopback TCP (iperf3, {IPERF_SECS} s) {tcp_one:.0} MB/s with one stream, {tcp:.0} MB/s with {} streams (the fan-out's ceiling); the share's file system with fio O_DIRECT 1 MiB: write {fio_w:.0} MB/s, read {fio_r:.0} MB/s\n",
