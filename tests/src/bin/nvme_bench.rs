@@ -1,9 +1,10 @@
 //! NVMe/TCP benchmark (issue 8): the Rust test initiator against a Quarry namespace,
 //! side by side with fio on the namespace's backing file (the ceiling), in one run.
 //! Prints IOPS, MB/s, p50/p99 latency and the server's CPU per I/O, and keeps fio's raw
-//! JSON. The loopback TCP ceiling (iperf3, one stream and one per queue) is measured in
-//! the same run: every byte to or from Quarry crosses it, so where fio's figure is above
-//! it, the fio ratio a TCP target can reach on this host is capped by the network. Run on demand, never part of the test suite's pass/fail:
+//! JSON. The loopback TCP ceiling (iperf3, one stream per queue) is measured in the same
+//! run: every byte to or from Quarry crosses it, so where fio's figure is above it, the
+//! fio ratio a TCP target can reach on this host is capped by the network. Run on demand,
+//! never part of the test suite's pass/fail:
 //!
 //! ```sh
 //! cargo build --release -p quarry -p quarry-tests
