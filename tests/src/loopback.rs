@@ -13,11 +13,39 @@ use crate::free_port;
 /// Seconds of each iperf3 run.
 pub const IPERF_SECS: u32 = 5;
 
+/// The loopback ceiling for `streams` streams, measured once before a bench's workloads;
+/// [`Ceiling::settle`] measures again after them and keeps the higher figure: on a shared
+/// host one 5 s iperf3 run can come out well below what the machine carries a few minutes
+/// later (1.8 against 3.0 GB/s within half an hour here), which would put a server above
+/// its own ceiling.
+pub struct Ceiling {
+    /// Parallel streams.
+    pub streams: usize,
+    /// MB/s measured before the workloads.
+    pub before: f64,
+}
+
+impl Ceiling {
+    /// Measures the ceiling before the workloads (raw JSON `iperf3-N-before.json` in `out`).
+    pub fn before(streams: usize, out: &Path) -> anyhow::Result<Ceiling> {
+        Ok(Ceiling {
+            streams,
+            before: iperf3_loopback_mbps(streams, "before", out)?,
+        })
+    }
+
+    /// Measures again after the workloads (`iperf3-N-after.json`); the higher MB/s of the two.
+    pub fn settle(&self, out: &Path) -> anyhow::Result<f64> {
+        Ok(self
+            .before
+            .max(iperf3_loopback_mbps(self.streams, "after", out)?))
+    }
+}
+
 /// Loopback TCP ceiling from iperf3 (the tool): `streams` parallel streams from
 /// 127.0.0.1 to a one-off server for [`IPERF_SECS`]; MB/s received, all streams together.
-/// The raw JSON is kept in `out`, named after the stream count and `tag` (which tells
-/// apart several measurements of one run).
-pub fn iperf3_loopback_mbps(streams: usize, tag: &str, out: &Path) -> anyhow::Result<f64> {
+/// The raw JSON is kept in `out` as `iperf3-{streams}-{tag}.json`.
+fn iperf3_loopback_mbps(streams: usize, tag: &str, out: &Path) -> anyhow::Result<f64> {
     let port = free_port()?;
     let mut server = Command::new("iperf3")
         .args(["--server", "--one-off", "--bind", "127.0.0.1", "--port"])
@@ -47,12 +75,10 @@ pub fn iperf3_loopback_mbps(streams: usize, tag: &str, out: &Path) -> anyhow::Re
     };
     let _ = server.kill();
     let _ = server.wait();
-    let name = if tag.is_empty() {
-        format!("iperf3-{streams}.json")
-    } else {
-        format!("iperf3-{streams}-{tag}.json")
-    };
-    std::fs::write(out.join(name), &output.stdout)?;
+    std::fs::write(
+        out.join(format!("iperf3-{streams}-{tag}.json")),
+        &output.stdout,
+    )?;
     let v = v.context("iperf3 printed no JSON")?;
     ensure!(
         output.status.success() && v.get("error").is_none(),

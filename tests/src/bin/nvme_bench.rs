@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use quarry_nvmeof::spec::{admin_opc, io_opc};
-use quarry_tests::loopback::{iperf3_loopback_mbps, IPERF_SECS};
+use quarry_tests::loopback::{Ceiling, IPERF_SECS};
 use quarry_tests::nvme_initiator::{rw_sqe, Command, Controller, Options, Queue};
 use quarry_tests::procstat::cpu_seconds;
 use quarry_tests::QuarryProcess;
@@ -356,7 +356,7 @@ async fn main() -> anyhow::Result<()> {
     streams.dedup();
     let mut tcp_before = Vec::new();
     for n in streams {
-        tcp_before.push((n, iperf3_loopback_mbps(usize::from(n), "before", &a.out)?));
+        tcp_before.push(Ceiling::before(usize::from(n), &a.out)?);
     }
     let p = QuarryProcess::start()?;
     let api = p.admin()?;
@@ -425,18 +425,14 @@ async fn main() -> anyhow::Result<()> {
         rows.push((shape, q, f));
     }
 
-    // The network's ceiling for each queue count the shapes use, measured after the
-    // workloads so that iperf3 does not run beside them, and the higher of this and the
-    // measurement before them: on a shared host one 5 s measurement can come out well
-    // below what the machine carries a minute later.
+    // Measured again now that the workloads are done (iperf3 never runs beside them).
     let mut tcp = Vec::new();
-    for (n, before) in tcp_before {
-        let after = iperf3_loopback_mbps(usize::from(n), "after", &a.out)?;
-        tcp.push((n, before.max(after)));
+    for ceiling in &tcp_before {
+        tcp.push((ceiling.streams, ceiling.settle(&a.out)?));
     }
     let tcp_for = |queues: u16| {
         tcp.iter()
-            .find(|(n, _)| *n == queues)
+            .find(|(n, _)| *n == usize::from(queues))
             .map_or(f64::NAN, |(_, mbps)| *mbps)
     };
 

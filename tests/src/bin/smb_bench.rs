@@ -29,7 +29,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
-use quarry_tests::loopback::{iperf3_loopback_mbps, IPERF_SECS};
+use quarry_tests::loopback::{Ceiling, IPERF_SECS};
 use quarry_tests::procstat::{cpu_seconds, tree_cpu_seconds};
 use quarry_tests::smb_workloads::{self as wl, Outcome, Target};
 use quarry_tests::{free_port, QuarryProcess};
@@ -415,6 +415,14 @@ struct Figure {
     client_cores: f64,
 }
 
+impl Figure {
+    /// Whether the client kept at least as many cores busy as the server: then the
+    /// client, not the server, set the pace on this shared machine.
+    fn client_bound(&self) -> bool {
+        self.client_cores >= self.server_cores
+    }
+}
+
 /// The most any server could reach with this client on `cores` cores: the rate at which
 /// the client alone would use every core, from its CPU per unit in `f` (a server costing
 /// nothing). A client-bound row's ratio cannot pass this over the other server's figure.
@@ -659,11 +667,13 @@ fn main() -> anyhow::Result<()> {
 
     // Loopback TCP with one stream, and with as many streams as the fan-out opens
     // sessions (its ceiling); measured again after the workloads (below).
-    let tcp_one_before = iperf3_loopback_mbps(1, "before", &out)?;
-    let tcp_before = iperf3_loopback_mbps(a.fanout, "before", &out)?;
+    let tcp_one = Ceiling::before(1, &out)?;
+    let tcp_fanout = Ceiling::before(a.fanout, &out)?;
     let (fio_w, fio_r) = fio_ceiling(&quarry.share_dir, 1024, &out)?;
     println!(
-        "Ceilings before the workloads: loopback TCP (iperf3, {IPERF_SECS} s) {tcp_one_before:.0} MB/s with one stream, {tcp_before:.0} MB/s with {} streams; the share's file system with fio O_DIRECT 1 MiB: write {fio_w:.0} MB/s, read {fio_r:.0} MB/s",
+        "Ceilings before the workloads: loopback TCP (iperf3, {IPERF_SECS} s) {:.0} MB/s with one stream, {:.0} MB/s with {} streams; the share's file system with fio O_DIRECT 1 MiB: write {fio_w:.0} MB/s, read {fio_r:.0} MB/s",
+        tcp_one.before,
+        tcp_fanout.before,
         a.fanout
     );
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -721,10 +731,7 @@ fn main() -> anyhow::Result<()> {
         measured.push((mode, best));
     }
 
-    // The higher of the two measurements: on a shared host one 5 s iperf3 run can come
-    // out well below what the machine carries a few minutes later.
-    let tcp_one = tcp_one_before.max(iperf3_loopback_mbps(1, "after", &out)?);
-    let tcp = tcp_before.max(iperf3_loopback_mbps(a.fanout, "after", &out)?);
+    let (tcp_one, tcp) = (tcp_one.settle(&out)?, tcp_fanout.settle(&out)?);
     let ceilings = format!(
         "Ceilings measured in this run: loopback TCP (iperf3, {IPERF_SECS} s, the higher of before and after the workloads) {tcp_one:.0} MB/s with one stream, {tcp:.0} MB/s with {} streams (the fan-out's ceiling); the share's file system with fio O_DIRECT 1 MiB: write {fio_w:.0} MB/s, read {fio_r:.0} MB/s\n",
         a.fanout
@@ -744,7 +751,7 @@ fn main() -> anyhow::Result<()> {
                 0.0
             };
             let bound = |f: &Figure| {
-                if f.client_cores >= f.server_cores {
+                if f.client_bound() {
                     "client-bound"
                 } else {
                     "server-bound"
@@ -773,7 +780,7 @@ fn main() -> anyhow::Result<()> {
             } else {
                 format!("{ratio:.2}x Samba's figure, {cpu_ratio:.2}x its server CPU")
             };
-            let cap = if bound(&qf) == "client-bound" && qf.client_cpu > 0.0 {
+            let cap = if qf.client_bound() && qf.client_cpu > 0.0 {
                 let cap = client_cap(&qf, *unit, threads);
                 let against = if *name == "fan-out read" {
                     format!("{:.0}% of loopback TCP", cap / tcp * 100.0)
