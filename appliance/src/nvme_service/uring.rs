@@ -12,6 +12,13 @@
 //! - [`UringExecutor::submit`] (NVMe/RDMA, and TCP queues whose ring could not be made)
 //!   hands requests to one ring thread: a channel send and an eventfd write each.
 //!
+//! Every ring registers the target's buffer arena ([`quarry_nvmeof::target::iobuf`]) as
+//! fixed buffers, chunk by chunk as the arena grows, and runs I/O on an arena buffer as a
+//! fixed read or write: the kernel then takes the buffer's pages from the registration
+//! instead of pinning them for every operation. Where registration fails (a memlock
+//! limit below the arena, for a process without `CAP_IPC_LOCK`), the ring goes on with
+//! plain reads and writes.
+//!
 //! Limits: at most [`RING_ENTRIES`] operations in a ring; more wait in its backlog
 //! (their memory is already bounded by the NVMe queues' own limits).
 
@@ -23,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
 use io_uring::{opcode, types, IoUring};
+use quarry_nvmeof::target::iobuf::{arena_chunks, ARENA_CHUNKS};
 use quarry_nvmeof::target::{BlockOp, IoBuf, IoDone, IoExecutor, IoOutcome, IoRequest, QueueIo};
 
 use super::device::{memory_aligned, FileDevice};
@@ -162,6 +170,18 @@ impl<T> InFlight<T> {
         (s.as_mut_ptr(), s.len())
     }
 
+    /// The arena chunk that holds the operation's buffer (the one [`InFlight::window`]
+    /// gives), if any.
+    fn chunk(&self) -> Option<u16> {
+        match &self.op {
+            RingOp::Read(b) | RingOp::Write { copy: Some(b), .. } => b.arena_chunk(),
+            RingOp::Write { copy: None, .. } => match &self.req.op {
+                BlockOp::Write { data, .. } => data.arena_chunk(),
+                _ => None,
+            },
+        }
+    }
+
     /// Gives up the operation without freeing memory the kernel may still write: its
     /// buffers are leaked. For rings that failed or were torn down with it in flight.
     fn abandon(self) -> (IoRequest, T) {
@@ -237,10 +257,23 @@ pub(super) struct Ring<T> {
     /// Slots kept free for the owner's own operations (the thread's wake-up read).
     reserved: usize,
     completed: Arc<AtomicU64>,
+    /// Arena chunks registered as this ring's fixed buffers (chunk `n` is buffer `n`);
+    /// `None` when the ring has no fixed buffers (registration failed).
+    registered: Option<usize>,
+    /// Operations run on fixed buffers (for tests).
+    fixed_ops: u64,
 }
 
 impl<T> Ring<T> {
     pub(super) fn new(ring: IoUring, reserved: usize, completed: Arc<AtomicU64>) -> Self {
+        let slots = u32::try_from(ARENA_CHUNKS).unwrap_or(u32::MAX);
+        let registered = match ring.submitter().register_buffers_sparse(slots) {
+            Ok(()) => Some(0),
+            Err(e) => {
+                tracing::debug!(error = %e, "io_uring: no fixed buffers for this ring");
+                None
+            }
+        };
         Ring {
             ring,
             inflight: HashMap::new(),
@@ -248,6 +281,59 @@ impl<T> Ring<T> {
             next_key: 0,
             reserved,
             completed,
+            registered,
+            fixed_ops: 0,
+        }
+    }
+
+    /// Whether this ring runs I/O on registered (fixed) buffers.
+    #[cfg(test)]
+    pub(super) fn has_fixed_buffers(&self) -> bool {
+        self.registered.is_some()
+    }
+
+    /// Operations run on fixed buffers so far.
+    #[cfg(test)]
+    pub(super) fn fixed_ops(&self) -> u64 {
+        self.fixed_ops
+    }
+
+    /// Whether arena chunk `chunk` is one of this ring's fixed buffers, registering the
+    /// chunks made since the last registration first. A failed registration leaves the
+    /// ring without fixed buffers from then on.
+    fn fixed(&mut self, chunk: u16) -> bool {
+        let Some(done) = self.registered else {
+            return false;
+        };
+        let chunk = usize::from(chunk);
+        if chunk < done {
+            return true;
+        }
+        let iovecs: Vec<libc::iovec> = arena_chunks(done)
+            .into_iter()
+            .map(|(start, len)| libc::iovec {
+                iov_base: start as *mut libc::c_void,
+                iov_len: len,
+            })
+            .collect();
+        let at = u32::try_from(done).unwrap_or(u32::MAX);
+        // SAFETY: arena chunks are leaked memory, never freed or moved, so the
+        // registration stays valid for the life of the process.
+        match unsafe {
+            self.ring
+                .submitter()
+                .register_buffers_update(at, &iovecs, None)
+        } {
+            Ok(()) => {
+                let now = done + iovecs.len();
+                self.registered = Some(now);
+                chunk < now
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "io_uring: registering buffers failed; plain I/O from now on");
+                self.registered = None;
+                false
+            }
         }
     }
 
@@ -287,17 +373,29 @@ impl<T> Ring<T> {
         let len = u32::try_from(total - done).unwrap_or(u32::MAX);
         let at = op.offset + op.progress as u64;
         let fd = types::Fd(op.fd);
-        let sqe = match op.op {
-            RingOp::Read(_) => opcode::Read::new(fd, ptr, len).offset(at).build(),
-            RingOp::Write { fua, .. } => opcode::Write::new(fd, ptr.cast_const(), len)
+        let fixed = op.chunk().filter(|&c| self.fixed(c));
+        let flags = |fua: bool| if fua { libc::RWF_DSYNC } else { 0 };
+        let sqe = match (&op.op, fixed) {
+            (RingOp::Read(_), Some(i)) => {
+                opcode::ReadFixed::new(fd, ptr, len, i).offset(at).build()
+            }
+            (RingOp::Read(_), None) => opcode::Read::new(fd, ptr, len).offset(at).build(),
+            (RingOp::Write { fua, .. }, Some(i)) => {
+                opcode::WriteFixed::new(fd, ptr.cast_const(), len, i)
+                    .offset(at)
+                    .rw_flags(flags(*fua))
+                    .build()
+            }
+            (RingOp::Write { fua, .. }, None) => opcode::Write::new(fd, ptr.cast_const(), len)
                 .offset(at)
-                .rw_flags(if fua { libc::RWF_DSYNC } else { 0 })
+                .rw_flags(flags(*fua))
                 .build(),
         }
         .user_data(key);
-        // SAFETY: the buffer is owned by `op`, which stays in `inflight` (heap memory
-        // that does not move when the map grows: every `RingOp` buffer is or is in a
-        // Vec, and the request's Vec is not touched while in flight) until this
+        // SAFETY: the buffer is owned by `op`, which stays in `inflight` (memory that
+        // does not move when the map grows: every `RingOp` buffer is an `IoBuf`, whose
+        // bytes are on the heap or in the arena, and the request's is not touched while
+        // in flight) until this
         // operation's completion is reaped, or is leaked (`abandon`); the descriptor
         // belongs to the device the request holds an `Arc` of, so it stays open as long
         // as `op`.
@@ -305,6 +403,9 @@ impl<T> Ring<T> {
         if pushed.is_err() {
             self.backlog.push_front(op);
             return;
+        }
+        if fixed.is_some() {
+            self.fixed_ops += 1;
         }
         self.inflight.insert(key, op);
     }
