@@ -24,7 +24,7 @@ use super::dir::PosixDirCursor;
 use super::direct::{DirectIo, DIRECT_MIN};
 use super::resolve;
 use super::sys;
-use super::write_time::{Fix, WriteTimeState};
+use super::write_time::{Fix, UnixTime, WriteTimeState};
 use super::{InodeShared, ShareInner};
 
 /// Largest end-of-file accepted (the `off_t` range).
@@ -60,6 +60,13 @@ fn round_to_cluster(size: u64) -> u64 {
 
 fn io_err(context: &str) -> impl FnOnce(std::io::Error) -> FsError + '_ {
     move |e| FsError::from_io(context, e)
+}
+
+/// Sets mtime of `fd` to `target`; a failure only costs the timestamp.
+fn set_write_time(fd: BorrowedFd<'_>, target: UnixTime) {
+    if let Err(e) = sys::futimens(fd, None, Some(target)) {
+        tracing::debug!(error = %e, "could not adjust the write time");
+    }
 }
 
 impl PosixFile {
@@ -182,25 +189,30 @@ impl PosixFile {
     /// Runs one step of the write-time state machine and applies its verdict to mtime. A
     /// failure to adjust the time never fails the I/O that caused it.
     fn write_time_step(&self, step: impl FnOnce(&mut WriteTimeState) -> Fix) {
+        if let Some(target) = self.write_time_target(step) {
+            set_write_time(self.file.as_fd(), target);
+        }
+    }
+
+    /// Runs one step of the write-time state machine; the time mtime must be set to, if
+    /// the step moves it.
+    fn write_time_target(&self, step: impl FnOnce(&mut WriteTimeState) -> Fix) -> Option<UnixTime> {
         if self.is_dir {
-            return;
+            return None;
         }
         let fix = step(&mut self.write_time.lock().unwrap_or_else(|p| p.into_inner()));
-        let target = match fix {
-            Fix::Keep => return,
-            Fix::Restore(t) => t,
+        match fix {
+            Fix::Keep => None,
+            Fix::Restore(t) => Some(t),
             Fix::Now => {
                 let d = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .unwrap_or_default();
-                (
+                Some((
                     i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
                     d.subsec_nanos(),
-                )
+                ))
             }
-        };
-        if let Err(e) = sys::futimens(self.file.as_fd(), None, Some(target)) {
-            tracing::debug!(error = %e, "could not adjust the write time");
         }
     }
 
@@ -949,9 +961,22 @@ impl FsFile for PosixFile {
 }
 
 impl Drop for PosixFile {
-    /// A close the server did not announce still stamps a deferred write time.
+    /// A close the server did not announce (an open dropped on a path that has no close
+    /// of its own) still stamps a deferred write time. The stamp is a metadata write
+    /// that may wait for the file system's journal, so inside the runtime it goes to the
+    /// blocking pool on a duplicate of the descriptor, never onto the thread dropping
+    /// the file, which may be a reactor thread. Until the pool gets to it, the file shows
+    /// its earlier write time, as if the close had come that much later.
     fn drop(&mut self) {
         let epoch = self.epoch();
-        self.write_time_step(|w| w.on_close(epoch));
+        let Some(target) = self.write_time_target(|w| w.on_close(epoch)) else {
+            return;
+        };
+        match (tokio::runtime::Handle::try_current(), self.file.try_clone()) {
+            (Ok(runtime), Ok(dup)) => {
+                runtime.spawn_blocking(move || set_write_time(dup.as_fd(), target));
+            }
+            _ => set_write_time(self.file.as_fd(), target),
+        }
     }
 }

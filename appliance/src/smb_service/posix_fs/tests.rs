@@ -1801,6 +1801,51 @@ fn cached_reads_come_from_the_page_cache_or_not_at_all() {
 }
 
 #[test]
+fn a_dropped_open_stamps_its_write_time_on_the_blocking_pool_not_the_dropping_thread() {
+    let fx = fixture();
+    let old_ft = file_written_long_ago(&fx, "f");
+    let write_time = || open(&fx, "f", D::Open).unwrap().info.last_write_time;
+    let o = open(&fx, "f", D::Open).unwrap();
+    // A write leaves a write time for the close to stamp; no close comes.
+    o.file.write_at(0, b"a", false).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(1)
+        .enable_time()
+        .build()
+        .unwrap();
+    let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    rt.block_on(async {
+        // The pool's only thread is held, so whatever goes to the pool waits.
+        let holder = tokio::task::spawn_blocking(move || {
+            started_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+        });
+        started_rx.recv().unwrap();
+        drop(o);
+        assert_eq!(
+            write_time(),
+            old_ft,
+            "stamped on the dropping (runtime) thread"
+        );
+        release_tx.send(()).unwrap();
+        holder.await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while write_time() == old_ft {
+            assert!(std::time::Instant::now() < deadline, "never stamped");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    });
+    // Outside a runtime the drop stamps at once.
+    let o = open(&fx, "f", D::Open).unwrap();
+    let before = o.info.last_write_time;
+    o.file.write_at(0, b"b", false).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    drop(o);
+    assert!(write_time() > before);
+}
+
+#[test]
 fn cached_close_and_query_leave_a_due_write_time_to_the_pool() {
     let fx = fixture();
     let old_ft = file_written_long_ago(&fx, "f");
