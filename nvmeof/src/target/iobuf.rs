@@ -34,7 +34,7 @@ const SMALLEST_CLASS: usize = 4096;
 /// Number of size classes: 4 KiB, 8 KiB, ... [`POOLED_MAX`].
 const CLASSES: usize = 9;
 /// Largest buffer the pool recycles: 1 MiB, the most data one NVMe command moves
-/// ([`super::limits::MDTS`]). Larger buffers are allocated and freed as before.
+/// ([`super::limits::MDTS`]). Larger buffers come from the heap and are freed when dropped.
 const POOLED_MAX: usize = SMALLEST_CLASS << (CLASSES - 1);
 /// Bytes of one arena chunk: two of the largest buffers, 512 of the smallest.
 pub const ARENA_CHUNK: usize = 2 * POOLED_MAX;
