@@ -158,27 +158,23 @@ pub(super) struct InFlight<T> {
 }
 
 impl<T> InFlight<T> {
-    /// The operation's whole buffer (start and length); reads may write through it.
-    fn window(&mut self) -> (*mut u8, usize) {
-        let s: &mut [u8] = match &mut self.op {
-            RingOp::Read(b) | RingOp::Write { copy: Some(b), .. } => b,
+    /// The buffer the kernel reads from or writes into: the read's, the aligned copy,
+    /// or the command's own data (`None` only for a request that is not a write).
+    fn buffer(&mut self) -> Option<&mut IoBuf> {
+        match &mut self.op {
+            RingOp::Read(b) | RingOp::Write { copy: Some(b), .. } => Some(b),
             RingOp::Write { copy: None, .. } => match &mut self.req.op {
-                BlockOp::Write { data, .. } => data,
-                _ => &mut [],
-            },
-        };
-        (s.as_mut_ptr(), s.len())
-    }
-
-    /// The arena chunk that holds the operation's buffer (the one [`InFlight::window`]
-    /// gives), if any.
-    fn chunk(&self) -> Option<u16> {
-        match &self.op {
-            RingOp::Read(b) | RingOp::Write { copy: Some(b), .. } => b.arena_chunk(),
-            RingOp::Write { copy: None, .. } => match &self.req.op {
-                BlockOp::Write { data, .. } => data.arena_chunk(),
+                BlockOp::Write { data, .. } => Some(data),
                 _ => None,
             },
+        }
+    }
+
+    /// The operation's whole buffer (start and length); reads may write through it.
+    fn window(&mut self) -> (*mut u8, usize) {
+        match self.buffer() {
+            Some(b) => (b.as_mut_ptr(), b.len()),
+            None => (std::ptr::NonNull::dangling().as_ptr(), 0),
         }
     }
 
@@ -373,7 +369,10 @@ impl<T> Ring<T> {
         let len = u32::try_from(total - done).unwrap_or(u32::MAX);
         let at = op.offset + op.progress as u64;
         let fd = types::Fd(op.fd);
-        let fixed = op.chunk().filter(|&c| self.fixed(c));
+        let fixed = op
+            .buffer()
+            .and_then(|b| b.arena_chunk())
+            .filter(|&c| self.fixed(c));
         let flags = |fua: bool| if fua { libc::RWF_DSYNC } else { 0 };
         let sqe = match (&op.op, fixed) {
             (RingOp::Read(_), Some(i)) => {
@@ -393,12 +392,11 @@ impl<T> Ring<T> {
         }
         .user_data(key);
         // SAFETY: the buffer is owned by `op`, which stays in `inflight` (memory that
-        // does not move when the map grows: every `RingOp` buffer is an `IoBuf`, whose
-        // bytes are on the heap or in the arena, and the request's is not touched while
-        // in flight) until this
-        // operation's completion is reaped, or is leaked (`abandon`); the descriptor
-        // belongs to the device the request holds an `Arc` of, so it stays open as long
-        // as `op`.
+        // does not move when the map grows: every buffer is an `IoBuf`, whose bytes are
+        // on the heap or in the arena, and the request's is not touched while in flight)
+        // until this operation's completion is reaped, or is leaked (`abandon`); the
+        // descriptor belongs to the device the request holds an `Arc` of, so it stays
+        // open as long as `op`.
         let pushed = unsafe { self.ring.submission().push(&sqe) };
         if pushed.is_err() {
             self.backlog.push_front(op);

@@ -235,6 +235,7 @@ impl IoBuf {
             cap,
         }
     }
+
     /// An empty buffer that can take `cap` bytes through [`IoBuf::extend_from_slice`].
     pub fn with_capacity(cap: usize) -> IoBuf {
         IoBuf::empty_in(&POOL, cap)
