@@ -348,6 +348,10 @@ pub struct AllocatedRange {
     pub length: u64,
 }
 
+/// Bytes read once and sent by several READ responses ([`FsFile::read_shared`]): the
+/// buffer's whole length is the data.
+pub type SharedData = std::sync::Arc<Vec<u8>>;
+
 /// One open file or directory. The server keeps it for the open's lifetime and drops it on
 /// CLOSE (dropping closes the descriptor; it never deletes anything by itself).
 pub trait FsFile: Send + Sync {
@@ -360,6 +364,21 @@ pub trait FsFile: Send + Sync {
     /// `read_at` on the pool. The default never tries.
     fn read_cached(&self, _offset: u64, _buf: &mut [u8]) -> Result<usize, FsError> {
         Err(FsError::WouldBlock)
+    }
+    /// The `len` bytes at `offset` (fewer at end of file) as a buffer that READ responses
+    /// of other opens may send too: when many clients read one file at once (a model's
+    /// weights fanned out to many nodes), the storage reads each range once and every
+    /// response sends the same bytes, instead of each copying them out of the page cache.
+    /// `Ok(None)` when the storage does not share this read (the server then reads into its
+    /// own buffer). With `cached_only`, as [`FsFile::read_cached`]: fails with
+    /// [`FsError::WouldBlock`] rather than wait for the device. The default never shares.
+    fn read_shared(
+        &self,
+        _offset: u64,
+        _len: usize,
+        _cached_only: bool,
+    ) -> Result<Option<SharedData>, FsError> {
+        Ok(None)
     }
     /// Writes all of `data` at `offset`, charging the quota first for any growth; returns
     /// `data.len()`. Fails with [`FsError::DiskFull`] and writes nothing when the share's

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use crate::proto::framing::MAX_FRAME_LEN;
 use crate::proto::transform::TRANSFORM_LEN;
 use crate::proto::HEADER_LEN;
+use crate::vfs::SharedData;
 
 /// Free bytes kept in front of a response body: a transform header and an SMB2 header.
 pub const HEADROOM: usize = TRANSFORM_LEN + HEADER_LEN;
@@ -129,6 +130,10 @@ pub struct OutBuf {
     pub end: usize,
     /// Taken from a [`BufPool`]: give it back once sent.
     pub pooled: bool,
+    /// The rest of the message, shared with other responses (a READ's data from
+    /// [`crate::vfs::FsFile::read_shared`]): sent after `buf[start..end]`, never copied
+    /// unless the message must be sealed.
+    pub tail: Option<SharedData>,
 }
 
 impl OutBuf {
@@ -140,16 +145,43 @@ impl OutBuf {
             start: 0,
             end,
             pooled: false,
+            tail: None,
         }
     }
 
-    /// The message bytes.
+    /// The message's bytes in `buf`: all of it unless it has a [`OutBuf::tail`].
     pub fn bytes(&self) -> &[u8] {
         self.buf.get(self.start..self.end).unwrap_or(&[])
     }
 
+    /// The shared rest of the message (empty without one).
+    pub fn tail_bytes(&self) -> &[u8] {
+        self.tail.as_deref().map_or(&[], |t| t.as_slice())
+    }
+
+    /// The whole message's length.
+    pub fn len(&self) -> usize {
+        self.bytes().len() + self.tail_bytes().len()
+    }
+
+    /// Whether the message is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies the shared tail behind the bytes in `buf`, so the whole message lies in one
+    /// buffer (sealing encrypts it in place).
+    pub fn flatten(&mut self) {
+        if let Some(tail) = self.tail.take() {
+            self.buf.truncate(self.end);
+            self.buf.extend_from_slice(&tail);
+            self.end = self.buf.len();
+        }
+    }
+
     /// The message as its own vector (copies unless it already is one).
     pub fn into_vec(mut self) -> Vec<u8> {
+        self.flatten();
         if self.start == 0 {
             self.buf.truncate(self.end);
             self.buf
@@ -319,8 +351,39 @@ mod tests {
             start: 2,
             end: 4,
             pooled: false,
+            tail: None,
         };
         assert_eq!(o.bytes(), &[7, 8]);
         assert_eq!(o.into_vec(), vec![7, 8]);
+    }
+
+    #[test]
+    fn a_shared_tail_follows_the_buffer_and_is_copied_only_when_flattened() {
+        let tail = Arc::new(vec![4, 5, 6]);
+        let mut o = OutBuf {
+            buf: vec![0, 0, 1, 2, 3, 99],
+            start: 2,
+            end: 5,
+            pooled: false,
+            tail: Some(tail.clone()),
+        };
+        assert_eq!(
+            (o.bytes(), o.tail_bytes(), o.len()),
+            (&[1, 2, 3][..], &[4, 5, 6][..], 6)
+        );
+        o.flatten();
+        assert!(o.tail.is_none());
+        // The stale byte past `end` is gone, the tail lies behind the message.
+        assert_eq!(o.bytes(), &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(
+            Arc::strong_count(&tail),
+            1,
+            "flattening lets go of the shared bytes"
+        );
+        let o = OutBuf {
+            tail: Some(tail),
+            ..OutBuf::from_vec(vec![1])
+        };
+        assert_eq!(o.into_vec(), vec![1, 4, 5, 6]);
     }
 }

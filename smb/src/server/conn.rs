@@ -249,12 +249,15 @@ async fn write_responses<W: AsyncWriteExt + Unpin>(
     while rx.recv_many(&mut batch, WRITE_BATCH).await > 0 {
         let headers = batch
             .iter()
-            .map(|(m, _)| frame_header(m.bytes().len()).map_err(|e| violation(e.to_string())))
+            .map(|(m, _)| frame_header(m.len()).map_err(|e| violation(e.to_string())))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(batch.len() * 2);
+        let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(batch.len() * 3);
         for (h, (m, _)) in headers.iter().zip(&batch) {
             slices.push(std::io::IoSlice::new(h));
             slices.push(std::io::IoSlice::new(m.bytes()));
+            if !m.tail_bytes().is_empty() {
+                slices.push(std::io::IoSlice::new(m.tail_bytes()));
+            }
         }
         let mut rest = &mut slices[..];
         while !rest.is_empty() {
@@ -511,6 +514,7 @@ impl DeferredJob {
                 start: need,
                 end,
                 pooled: false,
+                tail: body.tail,
             }
         };
         let mut h = Vec::with_capacity(HEADER_LEN);
@@ -519,15 +523,20 @@ impl DeferredJob {
         out.buf[at..out.start].copy_from_slice(&h);
         out.start = at;
         if let Some((key, nonce, sid)) = self.seal {
+            // Sealing encrypts in place: a shared tail becomes this message's own copy.
+            out.flatten();
             out.start -= TRANSFORM_LEN;
             let (s, e) = (out.start, out.end);
             key.seal_frame(&mut out.buf[s..e], &nonce, sid)
                 .map_err(|e| violation(e.to_string()))?;
         } else if let Some(key) = self.signing_key {
+            let tail = out.tail.clone();
             let m = &mut out.buf[out.start..out.end];
             let flags = u32::from_le_bytes([m[16], m[17], m[18], m[19]]) | FLAG_SIGNED;
             m[16..20].copy_from_slice(&flags.to_le_bytes());
-            key.sign(m).map_err(|e| violation(e.to_string()))?;
+            let tail = tail.as_deref().map_or(&[][..], |t| t.as_slice());
+            key.sign_parts(m, tail)
+                .map_err(|e| violation(e.to_string()))?;
         }
         Ok(out)
     }

@@ -7,7 +7,7 @@ use crate::proto::io::{
 };
 use crate::proto::session::encode_empty_response;
 use crate::proto::{status, FileId};
-use crate::server::bufpool::{OutBuf, Received};
+use crate::server::bufpool::{OutBuf, Received, HEADROOM};
 use crate::server::pending::Wait;
 use crate::share_mode::{LockError, LockPlan};
 use std::sync::atomic::Ordering;
@@ -51,7 +51,19 @@ pub async fn read(conn: &mut Connection, ctx: &mut Ctx<'_>, req: ReadRequest) ->
     let len = usize::try_from(req.length).map_err(|_| status::INVALID_PARAMETER)?;
     let (offset, minimum) = (req.offset, req.minimum_count);
     let shared = conn.shared.clone();
+    // A response that is signed or plain may send data other READs share; a sealed one
+    // encrypts its own copy, and a compound's answer is joined into one message anyway.
+    let may_share = ctx.deferrable && !ctx.encrypted && len >= SHARED_READ_MIN;
     let work = async move {
+        if may_share {
+            if let Some(out) = read_shared(&f, offset, len, minimum).await? {
+                position.store(offset.saturating_add(out.1 as u64), Ordering::Relaxed);
+                if let Some(o) = observer {
+                    o.add_read(out.1 as u64);
+                }
+                return Ok(out.0);
+            }
+        }
         // The body is read into a pooled buffer behind room for the headers, so the
         // response is finished in place (see `bufpool`).
         // The data sits at an address aligned as its file offset is (`take_read`), so
@@ -89,9 +101,58 @@ pub async fn read(conn: &mut Connection, ctx: &mut Ctx<'_>, req: ReadRequest) ->
             start,
             end: data_at + n,
             pooled: true,
+            tail: None,
         })
     };
     Reply::deferred_or_now(ctx, Box::pin(work)).await
+}
+
+/// READs of at least this many bytes ask the storage for data it may share with other
+/// responses ([`crate::vfs::FsFile::read_shared`]); smaller ones cost less to copy than to
+/// look up.
+pub const SHARED_READ_MIN: usize = 256 * 1024;
+
+/// A READ answered with shared data: the response's fixed part in a buffer with headroom
+/// for the headers, the data as its tail, and the data's length. `None` when the storage
+/// does not share this read. From the page cache on this task when all of it is there,
+/// else on the blocking pool.
+async fn read_shared(
+    f: &std::sync::Arc<dyn crate::vfs::FsFile>,
+    offset: u64,
+    len: usize,
+    minimum: u32,
+) -> Result<Option<(OutBuf, usize)>, u32> {
+    let data = match f.read_shared(offset, len, true) {
+        Ok(d) => d,
+        Err(_) => {
+            let f = f.clone();
+            blocking(move || f.read_shared(offset, len, false)).await?
+        }
+    };
+    let Some(data) = data else {
+        return Ok(None);
+    };
+    let n = data.len().min(len);
+    if (n == 0 && len > 0) || n < usize::try_from(minimum).unwrap_or(usize::MAX) {
+        return Err(status::END_OF_FILE);
+    }
+    if n < data.len() {
+        // Never more than asked for (a storage that read more shares it with no one here).
+        return Ok(None);
+    }
+    let mut buf = vec![0u8; HEADROOM + READ_RESPONSE_FIXED];
+    let mut fixed = Vec::with_capacity(READ_RESPONSE_FIXED);
+    encode_read_response_fixed(&mut fixed, u32::try_from(n).unwrap_or(u32::MAX));
+    buf[HEADROOM..].copy_from_slice(&fixed);
+    let end = buf.len();
+    let out = OutBuf {
+        buf,
+        start: HEADROOM,
+        end,
+        pooled: false,
+        tail: Some(data),
+    };
+    Ok(Some((out, n)))
 }
 
 /// Handles WRITE.
