@@ -144,6 +144,7 @@ struct Telemetry {
     nvme: ProtocolTotals,
     nvme_read: Counter,
     nvme_written: Counter,
+    smb_shared_read: Counter,
     share_bytes: Family<ShareDirectionLabels, Counter>,
     share_ops: Family<ShareOpLabels, Counter>,
     share_errors: Family<ShareOpLabels, Counter>,
@@ -173,6 +174,13 @@ impl Telemetry {
             "Bytes of file data moved by SMB READ and WRITE, by share and by direction seen from the client",
             Unit::Bytes,
             share_bytes.clone(),
+        );
+        let smb_shared_read = Counter::default();
+        registry.register_with_unit(
+            "smb_shared_read",
+            "Bytes of SMB READ responses sent from another open's read of the same range (many clients reading one file), not read again",
+            Unit::Bytes,
+            smb_shared_read.clone(),
         );
         let share_ops = Family::<ShareOpLabels, Counter>::default();
         registry.register(
@@ -261,6 +269,7 @@ impl Telemetry {
             nvme: ProtocolTotals::default(),
             nvme_read,
             nvme_written,
+            smb_shared_read,
             share_bytes,
             share_ops,
             share_errors,
@@ -287,6 +296,15 @@ fn global() -> &'static Telemetry {
 /// Whether collection is on (`QUARRY_TELEMETRY` is not `off`).
 pub fn enabled() -> bool {
     global().enabled
+}
+
+/// Counts `bytes` of READ data answered from another open's read of the same range
+/// (data-path hook of the shared reads).
+pub fn smb_shared_read_bytes(bytes: u64) {
+    let t = global();
+    if t.enabled {
+        t.smb_shared_read.inc_by(bytes);
+    }
 }
 
 /// Counts `bytes` of SMB file data moved in `direction` (data-path hook).

@@ -15,7 +15,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use quarry_smb::vfs::names::split_path;
 use quarry_smb::vfs::{
     attr, filetime_to_unix, AllocatedRange, BasicInfoChange, DirCursor, FileInfo, FsError, FsFile,
-    StoredDescriptor, StreamInfo, FILETIME_FREEZE, FILETIME_THAW,
+    SharedData, StoredDescriptor, StreamInfo, FILETIME_FREEZE, FILETIME_THAW,
 };
 
 use super::attrs;
@@ -23,6 +23,7 @@ use super::descriptor;
 use super::dir::PosixDirCursor;
 use super::direct::{DirectIo, DIRECT_MIN};
 use super::resolve;
+use super::shared_reads;
 use super::sys;
 use super::write_time::{Fix, UnixTime, WriteTimeState};
 use super::{InodeShared, ShareInner};
@@ -265,6 +266,7 @@ impl PosixFile {
             return Err(FsError::InvalidParameter("end of file beyond 2^63".into()));
         }
         let _g = self.shared.size.write().unwrap_or_else(|p| p.into_inner());
+        let _c = self.shared.reads.changing();
         let old = self.size()?;
         if new > old {
             let grow = new - old;
@@ -446,6 +448,42 @@ impl FsFile for PosixFile {
             })
     }
 
+    fn read_shared(
+        &self,
+        offset: u64,
+        len: usize,
+        cached_only: bool,
+    ) -> Result<Option<SharedData>, FsError> {
+        // Only a file that other opens have open too has anyone to share with.
+        if self.is_dir || len == 0 || Arc::strong_count(&self.shared) < 2 {
+            return Ok(None);
+        }
+        let reads = &self.shared.reads;
+        let before = reads.changes();
+        let looks = shared_reads::Looks::from(&self.stat()?);
+        let now = Instant::now();
+        if let Some(data) = reads.find(offset, len, &looks, now) {
+            return Ok(Some(data));
+        }
+        let mut buf = shared_reads::buffer(len);
+        let read = if cached_only {
+            self.read_cached(offset, &mut buf)
+        } else {
+            self.read_fully(offset, &mut buf, |rest, at| self.file.read_at(rest, at))
+        };
+        let n = match read {
+            Ok(n) => n,
+            Err(e) => {
+                shared_reads::give_back(buf);
+                return Err(e);
+            }
+        };
+        buf.truncate(n);
+        let data = Arc::new(buf);
+        reads.keep(offset, len, data.clone(), before, looks, now);
+        Ok(Some(data))
+    }
+
     fn write_at(&self, offset: u64, data: &[u8], write_through: bool) -> Result<usize, FsError> {
         self.check_writable()?;
         if data.is_empty() {
@@ -459,6 +497,7 @@ impl FsFile for PosixFile {
             let _g = self.shared.size.read().unwrap_or_else(|p| p.into_inner());
             let st = self.stat()?;
             if end <= st.size {
+                let _c = self.shared.reads.changing();
                 self.direct
                     .write_all_at(&self.file, data, offset)
                     .map_err(io_err("write"))?;
@@ -469,6 +508,7 @@ impl FsFile for PosixFile {
         };
         if !in_place {
             let _g = self.shared.size.write().unwrap_or_else(|p| p.into_inner());
+            let _c = self.shared.reads.changing();
             let st = self.stat()?;
             let old = st.size;
             before = st.mtime;
@@ -829,6 +869,7 @@ impl FsFile for PosixFile {
     fn zero_data(&self, offset: u64, length: u64) -> Result<(), FsError> {
         self.check_writable()?;
         let _g = self.shared.size.read().unwrap_or_else(|p| p.into_inner());
+        let _c = self.shared.reads.changing();
         let st = self.stat()?;
         let size = st.size;
         let end = offset.saturating_add(length).min(size);

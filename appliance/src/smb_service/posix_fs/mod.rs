@@ -25,6 +25,7 @@ pub mod fanotify;
 pub mod file;
 pub mod outside;
 pub mod resolve;
+pub mod shared_reads;
 pub mod stream;
 pub mod stream_store;
 pub mod sys;
@@ -73,14 +74,17 @@ pub struct PosixShareConfig {
 
 /// What every open of one file shares: the lock that orders size changes (extending writes,
 /// truncates; write half) against in-place writes (read half), so the quota is charged
-/// exactly once for each byte of growth, and the epoch of explicit write-time sets
-/// (see [`write_time`]).
+/// exactly once for each byte of growth, the epoch of explicit write-time sets
+/// (see [`write_time`]), and the reads its opens share (see [`shared_reads`]).
 #[derive(Debug, Default)]
 pub struct InodeShared {
     /// Size-change lock.
     pub(crate) size: RwLock<()>,
     /// Bumped whenever a client sets the write time explicitly through any open.
     pub(crate) write_epoch: AtomicU64,
+    /// Recent large reads that other opens may answer with, and the count of data changes
+    /// that ends them.
+    pub(crate) reads: shared_reads::SharedReads,
 }
 
 /// The [`InodeShared`] of every open file of a share.

@@ -2069,3 +2069,59 @@ fn large_reads_of_uncached_files_bypass_the_page_cache_and_read_what_was_written
     assert_eq!(direct_reads(), before);
     assert!(buf[at + 40_000 - 8192..at + 40_011 - 8192] == *b"fresh bytes");
 }
+
+#[test]
+fn opens_of_one_file_share_large_reads_until_its_data_changes() {
+    let fx = fixture();
+    let data: Vec<u8> = (0..600_000u32).map(|i| (i % 253) as u8).collect();
+    let a = open(&fx, "weights", D::Create).unwrap();
+    a.file.write_at(0, &data, false).unwrap();
+    // A file open once has no one to share with.
+    assert!(a.file.read_shared(0, 300_000, false).unwrap().is_none());
+    let b = open(&fx, "weights", D::Open).unwrap();
+    let first = a.file.read_shared(0, 300_000, false).unwrap().unwrap();
+    assert_eq!(first.as_slice(), &data[..300_000]);
+    // The other open's read of the same range is answered with the same bytes; another
+    // range is read afresh, and a read past the end stops there.
+    let again = b.file.read_shared(0, 300_000, true).unwrap().unwrap();
+    assert!(Arc::ptr_eq(&first, &again));
+    let rest = b
+        .file
+        .read_shared(300_000, 400_000, false)
+        .unwrap()
+        .unwrap();
+    assert_eq!(rest.as_slice(), &data[300_000..]);
+    // A write through either open ends the answer: the next read sees the new bytes.
+    b.file.write_at(10, b"changed", false).unwrap();
+    let after = a.file.read_shared(0, 300_000, false).unwrap().unwrap();
+    assert!(!Arc::ptr_eq(&first, &after));
+    assert_eq!(&after[10..17], b"changed");
+    // So does a truncate.
+    let kept = a.file.read_shared(0, 300_000, false).unwrap().unwrap();
+    assert!(Arc::ptr_eq(&after, &kept));
+    b.file.set_end_of_file(1000).unwrap();
+    let cut = a.file.read_shared(0, 300_000, false).unwrap().unwrap();
+    assert_eq!(cut.len(), 1000);
+    // A change made outside Quarry, seen through the file's times.
+    let kept = b.file.read_shared(0, 300_000, false).unwrap().unwrap();
+    assert!(Arc::ptr_eq(&cut, &kept));
+    {
+        use std::os::unix::fs::FileExt;
+        let outside = fs::OpenOptions::new()
+            .write(true)
+            .open(fx.root.join("weights"))
+            .unwrap();
+        outside.write_all_at(b"OUTSIDE", 0).unwrap();
+        // A time of its own, so the change shows even within one clock tick.
+        outside
+            .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000))
+            .unwrap();
+    }
+    let seen = a.file.read_shared(0, 300_000, false).unwrap().unwrap();
+    assert_eq!(&seen[..7], b"OUTSIDE");
+    // Directories never share.
+    let d = mkdir(&fx, "dir");
+    let d2 = open(&fx, "dir", D::Open).unwrap();
+    assert!(d.file.read_shared(0, 300_000, false).unwrap().is_none());
+    drop(d2);
+}

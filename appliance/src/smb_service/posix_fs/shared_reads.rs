@@ -1,0 +1,356 @@
+//! Large reads of a file that several opens read at once, kept for a moment so that the same
+//! range read through another open is answered with the bytes already read.
+//!
+//! When many clients load the same model weights (inference fan-out), every READ response
+//! used to copy its range out of the page cache into its own buffer: a third of the server's
+//! CPU in that workload (tests/bench/RESULTS.md). With this, the first READ of a range reads
+//! it into a buffer the response shares ([`quarry_smb::vfs::FsFile::read_shared`]); the
+//! next READs of that range, through other opens, send the same buffer.
+//!
+//! An entry answers only while the file is unchanged:
+//! - every change of the file's data made through Quarry (writes, size changes, zeroing)
+//!   counts itself in [`SharedReads::changing`] before and after it runs; a read is kept only
+//!   if no change began or ended while it ran, and an entry answers only while the count is
+//!   what it was;
+//! - a change made outside Quarry is seen through the file's size and its modification and
+//!   status-change times, compared at every answer with those stated before the read. A
+//!   change in the same clock tick as that statement (file systems keep coarse times unless
+//!   the kernel has multigrain timestamps, Linux 6.13+) is not seen this way, so entries
+//!   also stop answering [`FRESH_FOR`] after their read.
+//!
+//! Memory: at most [`ENTRIES_PER_FILE`] entries per file and [`BUDGET`] bytes in all files'
+//! entries together; past the budget, reads are shared with no one. Entries go when the
+//! last open of their file closes, when a newer entry pushes them out, or when they are found
+//! stale.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use quarry_smb::vfs::SharedData;
+
+use super::sys::Stat;
+
+/// Entries kept per file: how many reads apart two readers may be and still share.
+pub const ENTRIES_PER_FILE: usize = 16;
+/// Bytes held by all files' entries together.
+pub const BUDGET: usize = 256 << 20;
+/// How long after its read an entry may answer.
+pub const FRESH_FOR: Duration = Duration::from_secs(1);
+/// Buffers of dropped entries kept for the next reads: a fresh one costs a page fault and a
+/// zeroed page per 4 KiB the read fills.
+const SPARES: usize = 8;
+
+/// Bytes held by entries, all files together.
+static HELD: AtomicUsize = AtomicUsize::new(0);
+/// Buffers of dropped entries no response was still sending.
+static SPARE: Spares = Spares(Mutex::new(Vec::new()));
+
+/// What a file looked like just before a read: an entry answers only while its file still
+/// looks the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Looks {
+    size: u64,
+    mtime: (i64, u32),
+    ctime: (i64, u32),
+}
+
+impl From<&Stat> for Looks {
+    fn from(st: &Stat) -> Looks {
+        Looks {
+            size: st.size,
+            mtime: st.mtime,
+            ctime: st.ctime,
+        }
+    }
+}
+
+/// One file's recent shared reads, and the count of changes to its data.
+#[derive(Default)]
+pub struct SharedReads {
+    changes: AtomicU64,
+    entries: Mutex<VecDeque<Entry>>,
+}
+
+impl std::fmt::Debug for SharedReads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedReads")
+            .field("changes", &self.changes.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A range read, the bytes it gave, and what stood when it was read.
+struct Entry {
+    offset: u64,
+    len: usize,
+    data: SharedData,
+    changes: u64,
+    looks: Looks,
+    read_at: Instant,
+    held: usize,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        HELD.fetch_sub(self.held, Ordering::Relaxed);
+        // The last holder of the bytes (no response is sending them): keep the buffer.
+        if let Some(buf) = Arc::get_mut(&mut self.data) {
+            give_back(std::mem::take(buf));
+        }
+    }
+}
+
+/// A change of a file's data in progress ([`SharedReads::changing`]).
+#[must_use = "the change counts as done when this is dropped"]
+pub struct Changing<'a>(&'a SharedReads);
+
+impl Drop for Changing<'_> {
+    fn drop(&mut self) {
+        self.0.changes.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl SharedReads {
+    /// Counts a change of the file's data as begun; it counts as done when the guard drops.
+    /// Hold it across the change.
+    pub fn changing(&self) -> Changing<'_> {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        Changing(self)
+    }
+
+    /// The change count a read starts from: take it before stating and reading the file.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
+    }
+
+    /// The bytes of an earlier read of `len` bytes at `offset`, if that read is fresh, no
+    /// change has touched the file since and the file still `looks` as it did.
+    pub fn find(&self, offset: u64, len: usize, looks: &Looks, now: Instant) -> Option<SharedData> {
+        let changes = self.changes();
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.retain(|e| e.changes == changes && now.duration_since(e.read_at) < FRESH_FOR);
+        let hit = entries
+            .iter()
+            .find(|e| e.offset == offset && e.len == len && e.looks == *looks)
+            .map(|e| e.data.clone());
+        drop(entries);
+        if let Some(data) = &hit {
+            crate::telemetry::smb_shared_read_bytes(data.len() as u64);
+        }
+        hit
+    }
+
+    /// Keeps `data`, read as `len` bytes at `offset` after the change count was `before` and
+    /// the file looked as `looks`, unless a change began or ended since, the range is kept
+    /// already, or the budget is spent.
+    pub fn keep(
+        &self,
+        offset: u64,
+        len: usize,
+        data: SharedData,
+        before: u64,
+        looks: Looks,
+        read_at: Instant,
+    ) {
+        if self.changes() != before {
+            return;
+        }
+        let held = data.capacity();
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.iter().any(|e| e.offset == offset && e.len == len) {
+            return;
+        }
+        if entries.len() >= ENTRIES_PER_FILE {
+            entries.pop_front();
+        }
+        if HELD.fetch_add(held, Ordering::Relaxed) + held > BUDGET {
+            HELD.fetch_sub(held, Ordering::Relaxed);
+            return;
+        }
+        entries.push_back(Entry {
+            offset,
+            len,
+            data,
+            changes: before,
+            looks,
+            read_at,
+            held,
+        });
+    }
+}
+
+/// A buffer of `len` bytes (contents unspecified) for a read to fill: a spare one that is
+/// large enough, else a new one.
+pub fn buffer(len: usize) -> Vec<u8> {
+    SPARE.take(len)
+}
+
+/// Returns a buffer that no longer holds anyone's data, for [`buffer`] to hand out again.
+pub fn give_back(buf: Vec<u8>) {
+    SPARE.give(buf);
+}
+
+/// Buffers kept for reuse, at most [`SPARES`].
+struct Spares(Mutex<Vec<Vec<u8>>>);
+
+impl Spares {
+    fn take(&self, len: usize) -> Vec<u8> {
+        let spare = {
+            let mut spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let fit = spares.iter().position(|b| b.capacity() >= len);
+            fit.map(|i| spares.swap_remove(i))
+        };
+        match spare {
+            Some(mut buf) => {
+                // Within capacity: no reallocation; only bytes past the old length are zeroed.
+                buf.resize(len, 0);
+                buf
+            }
+            None => vec![0; len],
+        }
+    }
+
+    fn give(&self, buf: Vec<u8>) {
+        if buf.capacity() == 0 {
+            return;
+        }
+        let mut spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if spares.len() < SPARES {
+            spares.push(buf);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn looks(size: u64, tick: i64) -> Looks {
+        Looks {
+            size,
+            mtime: (tick, 0),
+            ctime: (tick, 0),
+        }
+    }
+
+    fn data(bytes: &[u8]) -> SharedData {
+        Arc::new(bytes.to_vec())
+    }
+
+    #[test]
+    fn a_kept_read_answers_the_same_range_of_an_unchanged_file_only() {
+        let reads = SharedReads::default();
+        let now = Instant::now();
+        let before = reads.changes();
+        reads.keep(4096, 8, data(b"abcdefgh"), before, looks(100, 1), now);
+        let hit = reads.find(4096, 8, &looks(100, 1), now).unwrap();
+        assert_eq!(hit.as_slice(), b"abcdefgh");
+        // Another range, another length, or a file that looks different: no answer.
+        assert!(reads.find(0, 8, &looks(100, 1), now).is_none());
+        assert!(reads.find(4096, 16, &looks(100, 1), now).is_none());
+        assert!(reads.find(4096, 8, &looks(101, 1), now).is_none());
+        assert!(reads.find(4096, 8, &looks(100, 2), now).is_none());
+        // Too old: gone.
+        assert!(reads
+            .find(4096, 8, &looks(100, 1), now + FRESH_FOR)
+            .is_none());
+        assert!(reads.find(4096, 8, &looks(100, 1), now).is_none());
+    }
+
+    #[test]
+    fn a_change_through_quarry_ends_every_answer_from_before_it() {
+        let reads = SharedReads::default();
+        let now = Instant::now();
+        reads.keep(0, 4, data(b"old!"), reads.changes(), looks(4, 1), now);
+        {
+            let _change = reads.changing();
+            // While a change runs, nothing answers, even if the file still looks the same.
+            assert!(reads.find(0, 4, &looks(4, 1), now).is_none());
+        }
+        assert!(reads.find(0, 4, &looks(4, 1), now).is_none());
+    }
+
+    #[test]
+    fn a_read_that_a_change_overlapped_is_not_kept() {
+        let reads = SharedReads::default();
+        let now = Instant::now();
+        // Begun before the read's count was taken and still running when it ends.
+        let running = reads.changing();
+        let before = reads.changes();
+        drop(running);
+        reads.keep(0, 4, data(b"torn"), before, looks(4, 1), now);
+        assert!(reads.find(0, 4, &looks(4, 1), now).is_none());
+        // Begun after the read started.
+        let before = reads.changes();
+        let change = reads.changing();
+        reads.keep(0, 4, data(b"torn"), before, looks(4, 1), now);
+        drop(change);
+        assert!(reads.find(0, 4, &looks(4, 1), now).is_none());
+    }
+
+    #[test]
+    fn a_file_keeps_its_newest_entries_and_the_first_of_each_range() {
+        let reads = SharedReads::default();
+        let now = Instant::now();
+        let before = reads.changes();
+        for i in 0..ENTRIES_PER_FILE as u64 + 2 {
+            reads.keep(
+                i * 8,
+                8,
+                data(&i.to_le_bytes()),
+                before,
+                looks(1 << 20, 1),
+                now,
+            );
+        }
+        assert!(
+            reads.find(0, 8, &looks(1 << 20, 1), now).is_none(),
+            "oldest pushed out"
+        );
+        assert!(reads.find(8, 8, &looks(1 << 20, 1), now).is_none());
+        let last = ENTRIES_PER_FILE as u64 + 1;
+        let hit = reads.find(last * 8, 8, &looks(1 << 20, 1), now).unwrap();
+        assert_eq!(hit.as_slice(), last.to_le_bytes());
+        // A second read of a kept range does not replace the first.
+        reads.keep(
+            last * 8,
+            8,
+            data(b"another"),
+            before,
+            looks(1 << 20, 1),
+            now,
+        );
+        let again = reads.find(last * 8, 8, &looks(1 << 20, 1), now).unwrap();
+        assert!(Arc::ptr_eq(&hit, &again));
+    }
+
+    #[test]
+    fn entries_beyond_the_budget_are_not_kept() {
+        let reads = SharedReads::default();
+        let now = Instant::now();
+        let before = reads.changes();
+        // Larger than the whole budget: never kept, and nothing stays counted.
+        let huge: SharedData = Arc::new(Vec::with_capacity(BUDGET + 1));
+        reads.keep(0, 1, huge, before, looks(1, 1), now);
+        assert!(reads.find(0, 1, &looks(1, 1), now).is_none());
+    }
+
+    #[test]
+    fn a_spare_buffer_is_reused_at_the_length_asked_and_spares_are_bounded() {
+        let spares = Spares(Mutex::new(Vec::new()));
+        let buf = vec![7u8; 64 << 10];
+        let at = buf.as_ptr();
+        spares.give(buf);
+        // Too small a spare is not taken; a fitting one is, at the length asked.
+        let larger = spares.take(128 << 10);
+        assert_ne!(larger.as_ptr(), at);
+        let b = spares.take(1000);
+        assert_eq!((b.as_ptr(), b.len()), (at, 1000));
+        for _ in 0..SPARES + 3 {
+            spares.give(vec![0; 16]);
+        }
+        assert_eq!(spares.0.lock().unwrap().len(), SPARES);
+    }
+}
