@@ -1,15 +1,17 @@
 //! Differential fuzzing of AES-GMAC signing (`crypto::gmac`): the bulk engine (graviola,
 //! with the Signature field's share of the hash taken back out) must give the same tag as
 //! the POLYVAL engine for every key, nonce, length and content, including lengths either
-//! side of the engine switch. The input gives the key, the nonce and a length; its rest is
-//! repeated to fill a message of that length, so short inputs reach long messages.
+//! side of the engine switch, and signing the message in two parts (`tag_parts`, a READ
+//! response's head and its shared data) must give the tag of the whole. The input gives the
+//! key, the nonce, a length and where to split; its rest is repeated to fill a message of
+//! that length, so short inputs reach long messages.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use quarry_smb::crypto::gmac::{GmacKey, BULK_MIN_LEN};
 
-/// Key (16) + nonce (12) + length (3).
-const PREFIX: usize = 31;
+/// Key (16) + nonce (12) + length (3) + split (1).
+const PREFIX: usize = 32;
 /// Longest message tried: four times the engine switch, enough to cross many of
 /// graviola's 16-block strides and POLYVAL's 4 KiB batches.
 const MAX_LEN: usize = 4 * BULK_MIN_LEN;
@@ -28,5 +30,14 @@ fuzz_target!(|data: &[u8]| {
     let msg: Vec<u8> = fill.iter().copied().cycle().take(len).collect();
     let small = GmacKey::with_bulk(&key, false);
     let bulk = GmacKey::with_bulk(&key, true);
-    assert_eq!(small.tag(&msg, &nonce), bulk.tag(&msg, &nonce), "len {len}");
+    let whole = small.tag(&msg, &nonce);
+    assert_eq!(whole, bulk.tag(&msg, &nonce), "len {len}");
+    // Even split bytes give heads of whole blocks (hashed where they lie), odd ones any
+    // head length (joined first); heads shorter than the header are joined too.
+    let at = usize::from(prefix[31]);
+    let split = if at % 2 == 0 { 64 + at / 2 * 16 } else { at / 2 }.min(len);
+    let (head, tail) = msg.split_at(split);
+    for k in [&small, &bulk] {
+        assert_eq!(k.tag_parts(head, tail, &nonce), whole, "len {len}, split {split}");
+    }
 });
