@@ -19,13 +19,14 @@
 //!   also stop answering [`FRESH_FOR`] after their read.
 //!
 //! Memory: at most [`ENTRIES_PER_FILE`] entries per file and [`BUDGET`] bytes in all files'
-//! entries together; past the budget, reads are shared with no one. Entries go when the
-//! last open of their file closes, when a newer entry pushes them out, or when they are found
-//! stale.
+//! entries together. Entries go when the last open of their file closes, when a newer entry
+//! pushes them out, or when they are found stale; a read that would pass the budget first
+//! drops every file's expired entries (a file still open but no longer read keeps none past
+//! [`FRESH_FOR`] then), and is shared with no one if that is not enough.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use quarry_smb::vfs::SharedData;
@@ -46,6 +47,12 @@ const SPARES: usize = 8;
 static HELD: AtomicUsize = AtomicUsize::new(0);
 /// Buffers of dropped entries no response was still sending.
 static SPARE: Spares = Spares(Mutex::new(Vec::new()));
+/// Every file that has kept an entry, while it is open: swept of expired entries when the
+/// budget runs out. Locked before any file's entries, never while holding one.
+static FILES: Mutex<Vec<Weak<Entries>>> = Mutex::new(Vec::new());
+
+/// One file's entries, oldest first.
+type Entries = Mutex<VecDeque<Entry>>;
 
 /// What a file looked like just before a read: an entry answers only while its file still
 /// looks the same.
@@ -70,7 +77,9 @@ impl From<&Stat> for Looks {
 #[derive(Default)]
 pub struct SharedReads {
     changes: AtomicU64,
-    entries: Mutex<VecDeque<Entry>>,
+    entries: Arc<Entries>,
+    /// Listed in [`FILES`].
+    listed: AtomicBool,
 }
 
 impl std::fmt::Debug for SharedReads {
@@ -158,6 +167,14 @@ impl SharedReads {
             return;
         }
         let held = data.capacity();
+        if !self.listed.swap(true, Ordering::Relaxed) {
+            let mut files = FILES.lock().unwrap_or_else(|p| p.into_inner());
+            files.retain(|f| f.strong_count() > 0);
+            files.push(Arc::downgrade(&self.entries));
+        }
+        if HELD.load(Ordering::Relaxed) + held > BUDGET {
+            drop_expired(read_at);
+        }
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if entries.iter().any(|e| e.offset == offset && e.len == len) {
             return;
@@ -165,8 +182,10 @@ impl SharedReads {
         if entries.len() >= ENTRIES_PER_FILE {
             entries.pop_front();
         }
-        if HELD.fetch_add(held, Ordering::Relaxed) + held > BUDGET {
-            HELD.fetch_sub(held, Ordering::Relaxed);
+        let fits = HELD.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+            h.checked_add(held).filter(|total| *total <= BUDGET)
+        });
+        if fits.is_err() {
             return;
         }
         entries.push_back(Entry {
@@ -178,6 +197,15 @@ impl SharedReads {
             read_at,
             held,
         });
+    }
+}
+
+/// Drops the entries of every open file that are too old at `now` to answer.
+fn drop_expired(now: Instant) {
+    let files = FILES.lock().unwrap_or_else(|p| p.into_inner());
+    for file in files.iter().filter_map(Weak::upgrade) {
+        let mut entries = file.lock().unwrap_or_else(|p| p.into_inner());
+        entries.retain(|e| now.duration_since(e.read_at) < FRESH_FOR);
     }
 }
 
@@ -335,6 +363,26 @@ mod tests {
         let huge: SharedData = Arc::new(Vec::with_capacity(BUDGET + 1));
         reads.keep(0, 1, huge, before, looks(1, 1), now);
         assert!(reads.find(0, 1, &looks(1, 1), now).is_none());
+    }
+
+    #[test]
+    fn a_read_past_the_budget_first_drops_other_files_expired_entries() {
+        let (idle, busy) = (SharedReads::default(), SharedReads::default());
+        let t0 = Instant::now();
+        // Capacity only: the pages are never touched.
+        let big: SharedData = Arc::new(Vec::with_capacity(BUDGET / 4 * 3));
+        idle.keep(0, 1, big.clone(), idle.changes(), looks(1, 1), t0);
+        assert!(idle.find(0, 1, &looks(1, 1), t0).is_some());
+        drop(big);
+        // Too much for what is left of the budget while the idle file's entry is young...
+        let later: SharedData = Arc::new(Vec::with_capacity(BUDGET / 2));
+        busy.keep(0, 1, later.clone(), busy.changes(), looks(1, 1), t0);
+        assert!(busy.find(0, 1, &looks(1, 1), t0).is_none());
+        // ...but not once it has expired, though no one read the idle file since.
+        let t1 = t0 + FRESH_FOR;
+        busy.keep(0, 1, later, busy.changes(), looks(1, 1), t1);
+        assert!(busy.find(0, 1, &looks(1, 1), t1).is_some());
+        assert!(idle.entries.lock().unwrap().is_empty());
     }
 
     #[test]
