@@ -207,16 +207,20 @@ impl TargetConfig {
 /// Static facts about the target reported to hosts.
 #[derive(Debug, Clone)]
 pub struct TargetIdentity {
-    /// Model number in Identify Controller.
+    /// Model number in Identify Controller. The same on every transport: a host that
+    /// reaches one subsystem over NVMe/TCP and NVMe/RDMA sees one model on both paths.
     pub model: String,
     /// Firmware revision in Identify Controller and the firmware slot log.
     pub firmware: String,
 }
 
+/// The model number Quarry reports: the product and the protocol family, no transport.
+pub const MODEL: &str = "Quarry NVMe-oF";
+
 impl Default for TargetIdentity {
     fn default() -> Self {
         TargetIdentity {
-            model: "Quarry NVMe/TCP".to_string(),
+            model: MODEL.to_string(),
             firmware: env!("CARGO_PKG_VERSION").to_string(),
         }
     }

@@ -354,6 +354,7 @@ fn admin_bringup_identify_and_properties() {
     assert_eq!(u16::from_le_bytes([id[78], id[79]]), cntlid);
     assert_eq!(&id[768..768 + NQN.len()], NQN.as_bytes());
     assert_eq!(&id[4..13], b"QTEST0001");
+    assert_eq!(model_number(&id), crate::target::config::MODEL);
     // IOCCSZ: the SQE plus 128 KiB of in-capsule data on NVMe/TCP.
     assert_eq!(
         u32::from_le_bytes([id[1792], id[1793], id[1794], id[1795]]) * 16,
@@ -375,6 +376,11 @@ fn admin_bringup_identify_and_properties() {
     // Unknown admin opcode.
     let c = h.resp(&Sqe::new(0x55, 3), &[]);
     assert_eq!(c.status(), Status::generic(sc::INVALID_OPCODE));
+}
+
+/// Identify Controller's model number (bytes 24-63, ASCII padded with spaces).
+fn model_number(id: &[u8]) -> &str {
+    std::str::from_utf8(&id[24..64]).unwrap().trim_end()
 }
 
 fn io_queue(t: &Arc<Target>, d: Digests) -> (Host, Host) {
@@ -1068,6 +1074,8 @@ fn rdma_queue_connects_reads_and_writes_through_keyed_sgls() {
             // SGLS: keyed SGL data blocks supported (bit 2), required by nvme-rdma.
             let sgls = u32::from_le_bytes([d[536], d[537], d[538], d[539]]);
             assert_ne!(sgls & (1 << 2), 0, "sgls={sgls:#x}");
+            // The same model as over NVMe/TCP: one subsystem, one model on every path.
+            assert_eq!(model_number(d), crate::target::config::MODEL);
         }
         other => panic!("{other:?}"),
     }
