@@ -53,6 +53,10 @@ pub struct UringExecutor {
     wake: File,
     blocking: tokio::runtime::Handle,
     completed: Arc<AtomicU64>,
+    /// The shared ring's operations on fixed buffers, and whether it registered any
+    /// (tests: NVMe/RDMA's I/O runs on this ring).
+    #[cfg_attr(not(test), allow(dead_code))]
+    fixed: (Arc<AtomicU64>, bool),
 }
 
 impl UringExecutor {
@@ -69,6 +73,7 @@ impl UringExecutor {
         let fallback = blocking.clone();
         let completed = Arc::new(AtomicU64::new(0));
         let ring = Ring::new(ring, 1, completed.clone());
+        let fixed = (ring.fixed_ops.clone(), ring.registered.is_some());
         std::thread::Builder::new()
             .name("quarry-uring".into())
             .spawn(move || RingThread::new(ring, owned, rx, fallback).run())?;
@@ -77,6 +82,7 @@ impl UringExecutor {
             wake,
             blocking,
             completed,
+            fixed,
         })
     }
 
@@ -256,8 +262,9 @@ pub(super) struct Ring<T> {
     /// Arena chunks registered as this ring's fixed buffers (chunk `n` is buffer `n`);
     /// `None` when the ring has no fixed buffers (registration failed).
     registered: Option<usize>,
-    /// Operations run on fixed buffers (for tests).
-    fixed_ops: u64,
+    /// Operations run on fixed buffers; shared with the executor of the shared ring, so
+    /// tests can tell which path NVMe/RDMA's I/O took.
+    fixed_ops: Arc<AtomicU64>,
 }
 
 impl<T> Ring<T> {
@@ -278,7 +285,7 @@ impl<T> Ring<T> {
             reserved,
             completed,
             registered,
-            fixed_ops: 0,
+            fixed_ops: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -291,7 +298,7 @@ impl<T> Ring<T> {
     /// Operations run on fixed buffers so far.
     #[cfg(test)]
     pub(super) fn fixed_ops(&self) -> u64 {
-        self.fixed_ops
+        self.fixed_ops.load(Ordering::Relaxed)
     }
 
     /// Whether arena chunk `chunk` is one of this ring's fixed buffers, registering the
@@ -403,7 +410,7 @@ impl<T> Ring<T> {
             return;
         }
         if fixed.is_some() {
-            self.fixed_ops += 1;
+            self.fixed_ops.fetch_add(1, Ordering::Relaxed);
         }
         self.inflight.insert(key, op);
     }
@@ -655,6 +662,15 @@ mod tests {
         dev.read_at(64 * 1024, &mut check).unwrap();
         assert_eq!(check, data[..4096]);
         assert_eq!(exec.ring_completions(), 2);
+        // Both buffers came from the arena, which the shared ring registered (root has no
+        // memlock limit): both ran on fixed buffers, as NVMe/RDMA's I/O does.
+        let (fixed_ops, has_fixed) = (&exec.fixed.0, exec.fixed.1);
+        if unsafe { libc::geteuid() } == 0 {
+            assert!(has_fixed);
+        }
+        if has_fixed {
+            assert_eq!(fixed_ops.load(Ordering::Relaxed), 2);
+        }
         // Unaligned I/O takes the ring's buffered descriptor and stays coherent with
         // the direct one; a flush takes the blocking pool.
         let w = BlockOp::Write {
