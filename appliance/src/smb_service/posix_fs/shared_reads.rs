@@ -80,6 +80,8 @@ pub struct SharedReads {
     entries: Arc<Entries>,
     /// Listed in [`FILES`].
     listed: AtomicBool,
+    /// The opens that read last, and when: sharing starts once a second open reads.
+    readers: Mutex<[Option<(usize, Instant)>; 2]>,
 }
 
 impl std::fmt::Debug for SharedReads {
@@ -127,6 +129,37 @@ impl SharedReads {
     pub fn changing(&self) -> Changing<'_> {
         self.changes.fetch_add(1, Ordering::SeqCst);
         Changing(self)
+    }
+
+    /// Notes that open `reader` (any number unique among the file's live opens) reads at
+    /// `now`, and tells whether another open read within [`FRESH_FOR`]: only then is
+    /// there anyone to share with. A lone reader (a file also held open by a handle that
+    /// does not read) keeps reading into the server's own reused buffers, which stay in
+    /// the CPU's caches, where kept reads would cycle through fresh memory.
+    pub fn others_reading(&self, reader: usize, now: Instant) -> bool {
+        let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
+        let recent =
+            |r: &Option<(usize, Instant)>| r.filter(|(_, at)| now.duration_since(*at) < FRESH_FOR);
+        let other = readers
+            .iter()
+            .filter_map(recent)
+            .any(|(id, _)| id != reader);
+        // Keep this reader, and the other most recent one.
+        let [a, b] = *readers;
+        let keep = match (a, b) {
+            (Some((id, _)), _) if id == reader => b,
+            (_, Some((id, _))) if id == reader => a,
+            (Some((_, ta)), Some((_, tb))) => {
+                if ta >= tb {
+                    a
+                } else {
+                    b
+                }
+            }
+            (x, None) | (None, x) => x,
+        };
+        *readers = [Some((reader, now)), keep];
+        other
     }
 
     /// The change count a read starts from: take it before stating and reading the file.
@@ -383,6 +416,24 @@ mod tests {
         busy.keep(0, 1, later, busy.changes(), looks(1, 1), t1);
         assert!(busy.find(0, 1, &looks(1, 1), t1).is_some());
         assert!(idle.entries.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn sharing_starts_when_a_second_open_reads_and_ends_when_it_stops() {
+        let reads = SharedReads::default();
+        let t0 = Instant::now();
+        // One open reading, however often: no one to share with.
+        assert!(!reads.others_reading(1, t0));
+        assert!(!reads.others_reading(1, t0 + FRESH_FOR / 2));
+        // A second open reads: both now see the other.
+        assert!(reads.others_reading(2, t0 + FRESH_FOR / 2));
+        assert!(reads.others_reading(1, t0 + FRESH_FOR / 2));
+        // A third reader still sees the others; the most recent two are remembered.
+        assert!(reads.others_reading(3, t0 + FRESH_FOR / 2));
+        // Once the others have been quiet for FRESH_FOR, a reader is alone again.
+        let later = t0 + FRESH_FOR * 2;
+        assert!(!reads.others_reading(3, later));
+        assert!(!reads.others_reading(3, later));
     }
 
     #[test]

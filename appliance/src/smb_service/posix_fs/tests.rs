@@ -2079,11 +2079,14 @@ fn opens_of_one_file_share_large_reads_until_its_data_changes() {
     // A file open once has no one to share with.
     assert!(a.file.read_shared(0, 300_000, false).unwrap().is_none());
     let b = open(&fx, "weights", D::Open).unwrap();
-    let first = a.file.read_shared(0, 300_000, false).unwrap().unwrap();
+    // Nor does one open reading a file that another open only holds.
+    assert!(a.file.read_shared(0, 300_000, false).unwrap().is_none());
+    // Once a second open reads, its read is kept...
+    let first = b.file.read_shared(0, 300_000, false).unwrap().unwrap();
     assert_eq!(first.as_slice(), &data[..300_000]);
-    // The other open's read of the same range is answered with the same bytes; another
-    // range is read afresh, and a read past the end stops there.
-    let again = b.file.read_shared(0, 300_000, true).unwrap().unwrap();
+    // ...and the other open's read of the same range is answered with the same bytes;
+    // another range is read afresh, and a read past the end stops there.
+    let again = a.file.read_shared(0, 300_000, true).unwrap().unwrap();
     assert!(Arc::ptr_eq(&first, &again));
     let rest = b
         .file
