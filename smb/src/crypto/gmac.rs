@@ -95,6 +95,10 @@ impl GmacKey {
             return self.tag(&joined, nonce);
         }
         let total = (head.len() + tail.len()) as u64;
+        // The head, whole blocks, with the Signature field zeroed.
+        let mut gh = self.ghash.clone();
+        gh.update_padded(&zeroed_header(head));
+        gh.update_padded(&head[SMB2_HEADER_LEN..]);
         match &self.bulk {
             Some(bulk) if tail.len() >= BULK_MIN_LEN => {
                 // GHASH is linear. The bulk engine hashes `tail` as a message of its own:
@@ -102,25 +106,16 @@ impl GmacKey {
                 // it lacks is the head's blocks, each weighted by a further H^(m+1) (m: the
                 // tail's padded blocks, plus its length block), and the whole message's
                 // length block instead of the tail's (both weigh H).
-                let mut tag = bulk.tag(tail, nonce);
-                let mut gh = self.ghash.clone();
-                gh.update_padded(&zeroed_header(head));
-                gh.update_padded(&head[SMB2_HEADER_LEN..]);
+                let tag = bulk.tag(tail, nonce);
                 let weight = ghash_pow(&self.h, (tail.len() as u64).div_ceil(16) + 1);
                 let head_part = ghash_mul(&gh.finalize(), &weight);
                 let lens = ghash_mul(
                     &xor(&length_block(tail.len() as u64), &length_block(total)),
                     &self.h,
                 );
-                for (t, (a, b)) in tag.iter_mut().zip(head_part.iter().zip(lens.iter())) {
-                    *t ^= a ^ b;
-                }
-                tag
+                xor(&xor(&tag, &head_part), &lens)
             }
             _ => {
-                let mut gh = self.ghash.clone();
-                gh.update_padded(&zeroed_header(head));
-                gh.update_padded(&head[SMB2_HEADER_LEN..]);
                 gh.update_padded(tail);
                 gh.update_padded(&length_block(total));
                 self.finish(gh.finalize(), nonce)
@@ -131,9 +126,7 @@ impl GmacKey {
     /// GHASH over a zeroed copy of the header, then the body; the tag is that XOR E_K(J0).
     fn tag_small(&self, msg: &[u8], nonce: &[u8; 12]) -> [u8; 16] {
         let split = SMB2_HEADER_LEN.min(msg.len());
-        let mut header = [0u8; SMB2_HEADER_LEN];
-        header[..split].copy_from_slice(&msg[..split]);
-        header[SIGNATURE].fill(0);
+        let header = zeroed_header(msg);
         let mut gh = self.ghash.clone();
         gh.update_padded(&header[..split]);
         gh.update_padded(&msg[split..]);
@@ -177,13 +170,12 @@ fn length_block(len: u64) -> [u8; 16] {
     block
 }
 
-/// The first [`SMB2_HEADER_LEN`] bytes of `msg` (which has at least that many) with the
+/// The first [`SMB2_HEADER_LEN`] bytes of `msg` (zero past its end when shorter) with the
 /// Signature field zeroed.
 fn zeroed_header(msg: &[u8]) -> [u8; SMB2_HEADER_LEN] {
     let mut header = [0u8; SMB2_HEADER_LEN];
-    if let Some(h) = msg.get(..SMB2_HEADER_LEN) {
-        header.copy_from_slice(h);
-    }
+    let n = msg.len().min(SMB2_HEADER_LEN);
+    header[..n].copy_from_slice(&msg[..n]);
     header[SIGNATURE].fill(0);
     header
 }

@@ -138,28 +138,16 @@ impl SharedReads {
     /// the CPU's caches, where kept reads would cycle through fresh memory.
     pub fn others_reading(&self, reader: usize, now: Instant) -> bool {
         let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
-        let recent =
-            |r: &Option<(usize, Instant)>| r.filter(|(_, at)| now.duration_since(*at) < FRESH_FOR);
+        // Remember this reader and the most recent other one: if any other read recently,
+        // that one did.
         let other = readers
             .iter()
-            .filter_map(recent)
-            .any(|(id, _)| id != reader);
-        // Keep this reader, and the other most recent one.
-        let [a, b] = *readers;
-        let keep = match (a, b) {
-            (Some((id, _)), _) if id == reader => b,
-            (_, Some((id, _))) if id == reader => a,
-            (Some((_, ta)), Some((_, tb))) => {
-                if ta >= tb {
-                    a
-                } else {
-                    b
-                }
-            }
-            (x, None) | (None, x) => x,
-        };
-        *readers = [Some((reader, now)), keep];
-        other
+            .flatten()
+            .filter(|(id, _)| *id != reader)
+            .max_by_key(|(_, at)| *at)
+            .copied();
+        *readers = [Some((reader, now)), other];
+        other.is_some_and(|(_, at)| fresh(at, now))
     }
 
     /// The change count a read starts from: take it before stating and reading the file.
@@ -172,7 +160,7 @@ impl SharedReads {
     pub fn find(&self, offset: u64, len: usize, looks: &Looks, now: Instant) -> Option<SharedData> {
         let changes = self.changes();
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.retain(|e| e.changes == changes && now.duration_since(e.read_at) < FRESH_FOR);
+        entries.retain(|e| e.changes == changes && fresh(e.read_at, now));
         let hit = entries
             .iter()
             .find(|e| e.offset == offset && e.len == len && e.looks == *looks)
@@ -233,12 +221,17 @@ impl SharedReads {
     }
 }
 
+/// Whether something that happened `at` is within [`FRESH_FOR`] of `now`.
+fn fresh(at: Instant, now: Instant) -> bool {
+    now.duration_since(at) < FRESH_FOR
+}
+
 /// Drops the entries of every open file that are too old at `now` to answer.
 fn drop_expired(now: Instant) {
     let files = FILES.lock().unwrap_or_else(|p| p.into_inner());
     for file in files.iter().filter_map(Weak::upgrade) {
         let mut entries = file.lock().unwrap_or_else(|p| p.into_inner());
-        entries.retain(|e| now.duration_since(e.read_at) < FRESH_FOR);
+        entries.retain(|e| fresh(e.read_at, now));
     }
 }
 

@@ -7,7 +7,7 @@ use crate::proto::io::{
 };
 use crate::proto::session::encode_empty_response;
 use crate::proto::{status, FileId};
-use crate::server::bufpool::{OutBuf, Received, HEADROOM};
+use crate::server::bufpool::{BufPool, OutBuf, Received, HEADROOM};
 use crate::server::pending::Wait;
 use crate::share_mode::{LockError, LockPlan};
 use std::sync::atomic::Ordering;
@@ -50,61 +50,70 @@ pub async fn read(conn: &mut Connection, ctx: &mut Ctx<'_>, req: ReadRequest) ->
     let observer = super::session(conn, ctx)?.observer.clone();
     let len = usize::try_from(req.length).map_err(|_| status::INVALID_PARAMETER)?;
     let (offset, minimum) = (req.offset, req.minimum_count);
-    let shared = conn.shared.clone();
+    let bufs = conn.shared.bufs().clone();
     // A response that is signed or plain may send data other READs share; a sealed one
     // encrypts its own copy, and a compound's answer is joined into one message anyway.
     let may_share = ctx.deferrable && !ctx.encrypted && len >= SHARED_READ_MIN;
     let work = async move {
-        if may_share {
-            if let Some(out) = read_shared(&f, offset, len, minimum).await? {
-                position.store(offset.saturating_add(out.1 as u64), Ordering::Relaxed);
-                if let Some(o) = observer {
-                    o.add_read(out.1 as u64);
-                }
-                return Ok(out.0);
-            }
-        }
-        // The body is read into a pooled buffer behind room for the headers, so the
-        // response is finished in place (see `bufpool`).
-        // The data sits at an address aligned as its file offset is (`take_read`), so
-        // the storage may read a large READ's middle with O_DIRECT in place.
-        let (mut buf, start) = shared.bufs().take_read(READ_RESPONSE_FIXED, len, offset);
-        let data_at = start + READ_RESPONSE_FIXED;
-        let mut fixed = Vec::with_capacity(READ_RESPONSE_FIXED);
-        encode_read_response_fixed(&mut fixed, 0);
-        buf[start..data_at].copy_from_slice(&fixed);
-        // From the page cache on this task when all of it is there (see `cached_first`),
-        // else on the blocking pool.
-        let cached = f.read_cached(offset, &mut buf[data_at..data_at + len]);
-        let (mut buf, n) = match cached {
-            Ok(n) => (buf, n),
-            Err(_) => {
-                blocking(move || {
-                    let n = f.read_at(offset, &mut buf[data_at..data_at + len])?;
-                    Ok((buf, n))
-                })
-                .await?
-            }
+        let shared_read = if may_share {
+            read_shared(&f, offset, len).await?
+        } else {
+            None
+        };
+        let (out, n) = match shared_read {
+            Some(read) => read,
+            None => read_pooled(&bufs, f, offset, len).await?,
         };
         if (n == 0 && len > 0) || n < usize::try_from(minimum).unwrap_or(usize::MAX) {
-            shared.bufs().give(buf);
+            if out.pooled {
+                bufs.give(out.buf);
+            }
             return Err(status::END_OF_FILE);
         }
         position.store(offset.saturating_add(n as u64), Ordering::Relaxed);
-        let nn = u32::try_from(n).unwrap_or(u32::MAX);
-        buf[start + 4..start + 8].copy_from_slice(&nn.to_le_bytes());
         if let Some(o) = observer {
             o.add_read(n as u64);
         }
-        Ok(OutBuf {
-            buf,
-            start,
-            end: data_at + n,
-            pooled: true,
-            tail: None,
-        })
+        Ok(out)
     };
     Reply::deferred_or_now(ctx, Box::pin(work)).await
+}
+
+/// A READ's response read into a pooled buffer behind room for the headers, so it is
+/// finished in place (see `bufpool`), and the data's length. The data sits at an address
+/// aligned as its file offset is (`take_read`), so the storage may read a large READ's
+/// middle with O_DIRECT in place. From the page cache on this task when all of it is
+/// there (see `cached_first`), else on the blocking pool.
+async fn read_pooled(
+    bufs: &std::sync::Arc<BufPool>,
+    f: std::sync::Arc<dyn crate::vfs::FsFile>,
+    offset: u64,
+    len: usize,
+) -> Result<(OutBuf, usize), u32> {
+    let (mut buf, start) = bufs.take_read(READ_RESPONSE_FIXED, len, offset);
+    let data_at = start + READ_RESPONSE_FIXED;
+    let cached = f.read_cached(offset, &mut buf[data_at..data_at + len]);
+    let (mut buf, n) = match cached {
+        Ok(n) => (buf, n),
+        Err(_) => {
+            blocking(move || {
+                let n = f.read_at(offset, &mut buf[data_at..data_at + len])?;
+                Ok((buf, n))
+            })
+            .await?
+        }
+    };
+    let mut fixed = Vec::with_capacity(READ_RESPONSE_FIXED);
+    encode_read_response_fixed(&mut fixed, u32::try_from(n).unwrap_or(u32::MAX));
+    buf[start..data_at].copy_from_slice(&fixed);
+    let out = OutBuf {
+        buf,
+        start,
+        end: data_at + n,
+        pooled: true,
+        tail: None,
+    };
+    Ok((out, n))
 }
 
 /// READs of at least this many bytes ask the storage for data it may share with other
@@ -120,7 +129,6 @@ async fn read_shared(
     f: &std::sync::Arc<dyn crate::vfs::FsFile>,
     offset: u64,
     len: usize,
-    minimum: u32,
 ) -> Result<Option<(OutBuf, usize)>, u32> {
     let data = match f.read_shared(offset, len, true) {
         Ok(d) => d,
@@ -129,17 +137,11 @@ async fn read_shared(
             blocking(move || f.read_shared(offset, len, false)).await?
         }
     };
-    let Some(data) = data else {
+    // Never more than asked for (a storage that read more shares it with no one here).
+    let Some(data) = data.filter(|d| d.len() <= len) else {
         return Ok(None);
     };
-    let n = data.len().min(len);
-    if (n == 0 && len > 0) || n < usize::try_from(minimum).unwrap_or(usize::MAX) {
-        return Err(status::END_OF_FILE);
-    }
-    if n < data.len() {
-        // Never more than asked for (a storage that read more shares it with no one here).
-        return Ok(None);
-    }
+    let n = data.len();
     let mut buf = vec![0u8; HEADROOM + READ_RESPONSE_FIXED];
     let mut fixed = Vec::with_capacity(READ_RESPONSE_FIXED);
     encode_read_response_fixed(&mut fixed, u32::try_from(n).unwrap_or(u32::MAX));
