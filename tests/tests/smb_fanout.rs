@@ -27,6 +27,9 @@ const READERS: usize = 6;
 const FILE_LEN: usize = 6 * 1024 * 1024 + 4097;
 /// Each reader's request size: above the 256 KiB from which READs may share.
 const PIECE: usize = 1 << 20;
+/// How long the writer's last change must lie in the past before the server keeps reads of
+/// the file for others (`posix_fs::shared_reads::SETTLE`, 3 s), with a margin.
+const SETTLED_AFTER: std::time::Duration = std::time::Duration::from_millis(3_200);
 
 fn client(port: u16, encrypt: bool) -> Client {
     Client::new(ClientConfig {
@@ -68,6 +71,9 @@ async fn fan_out(q: &QuarryProcess, share: &str, encrypt: bool, seed: u64) -> an
     writer.share_connect(&unc, USER, PASS.to_string()).await?;
     let back = write_then_read_back(&writer, &path, &data).await?;
     ensure!(back == *data, "{share}: the writer's own read back differs");
+    // Reads of a file changed within the last seconds are not kept for others: wait until
+    // its times would show any further change.
+    tokio::time::sleep(SETTLED_AFTER).await;
     let all_open = Arc::new(Barrier::new(READERS));
     let mut tasks = Vec::new();
     for r in 0..READERS {

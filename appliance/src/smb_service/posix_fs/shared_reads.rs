@@ -13,10 +13,13 @@
 //!   if no change began or ended while it ran, and an entry answers only while the count is
 //!   what it was;
 //! - a change made outside Quarry is seen through the file's size and its modification and
-//!   status-change times, compared at every answer with those stated before the read. A
-//!   change in the same clock tick as that statement (file systems keep coarse times unless
-//!   the kernel has multigrain timestamps, Linux 6.13+) is not seen this way, so entries
-//!   also stop answering [`FRESH_FOR`] after their read.
+//!   status-change times, compared at every answer with those stated before the read. File
+//!   systems stamp those times from a coarse clock (a tick, unless the kernel has
+//!   multigrain timestamps, Linux 6.13+) or in whole seconds (ext4 with small inodes, FAT
+//!   in two), so a change in the same tick or second as the one before it may leave them as
+//!   they were. A read is therefore kept only once the file's status-change time lies
+//!   [`SETTLE`] in the past: any change after that gets a time of its own. Entries also stop
+//!   answering [`FRESH_FOR`] after their read.
 //!
 //! Memory: at most [`ENTRIES_PER_FILE`] entries per file and [`BUDGET`] bytes in all files'
 //! entries together. Entries go when the last open of their file closes, when a newer entry
@@ -27,7 +30,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use quarry_smb::vfs::SharedData;
 
@@ -39,6 +42,10 @@ pub const ENTRIES_PER_FILE: usize = 16;
 pub const BUDGET: usize = 256 << 20;
 /// How long after its read an entry may answer.
 pub const FRESH_FOR: Duration = Duration::from_secs(1);
+/// How long a file's last status change must lie in the past before its reads are kept:
+/// longer than the coarsest time granularity of the file systems a share may sit on (FAT's
+/// two seconds) plus a clock tick, so that every later change moves the status-change time.
+pub const SETTLE: Duration = Duration::from_secs(3);
 /// Buffers of dropped entries kept for the next reads: a fresh one costs a page fault and a
 /// zeroed page per 4 KiB the read fills.
 const SPARES: usize = 8;
@@ -71,6 +78,40 @@ impl From<&Stat> for Looks {
             ctime: st.ctime,
         }
     }
+}
+
+impl Looks {
+    /// Whether the file's last status change lies [`SETTLE`] or more before `now` (the wall
+    /// clock the file system stamps from). A time ahead of `now`, or before 1970, is never
+    /// settled.
+    pub fn settled(&self, now: SystemTime) -> bool {
+        let (secs, nanos) = self.ctime;
+        let (Ok(secs), Ok(since_epoch)) = (u64::try_from(secs), now.duration_since(UNIX_EPOCH))
+        else {
+            return false;
+        };
+        let ctime = Duration::from_secs(secs).saturating_add(Duration::from_nanos(nanos.into()));
+        since_epoch
+            .checked_sub(ctime)
+            .is_some_and(|age| age >= settle())
+    }
+}
+
+/// [`SETTLE`], or a test's own on its thread.
+fn settle() -> Duration {
+    #[cfg(test)]
+    if let Some(d) = SETTLE_ON_THIS_THREAD.with(std::cell::Cell::get) {
+        return d;
+    }
+    SETTLE
+}
+
+#[cfg(test)]
+thread_local! {
+    /// A settle time for the tests on this thread that change files and read them back
+    /// through shared reads at once (the rule itself has tests of its own at [`SETTLE`]).
+    pub(crate) static SETTLE_ON_THIS_THREAD: std::cell::Cell<Option<Duration>> =
+        const { std::cell::Cell::new(None) };
 }
 
 /// One file's recent shared reads, and the count of changes to its data.
@@ -173,8 +214,9 @@ impl SharedReads {
     }
 
     /// Keeps `data`, read as `len` bytes at `offset` after the change count was `before` and
-    /// the file looked as `looks`, unless a change began or ended since, the range is kept
-    /// already, or the budget is spent.
+    /// the file looked as `looks`, unless a change began or ended since, the file changed
+    /// too recently for its times to show the next change (not [`Looks::settled`]), the
+    /// range is kept already, or the budget is spent.
     pub fn keep(
         &self,
         offset: u64,
@@ -184,7 +226,7 @@ impl SharedReads {
         looks: Looks,
         read_at: Instant,
     ) {
-        if self.changes() != before {
+        if self.changes() != before || !looks.settled(SystemTime::now()) {
             return;
         }
         let held = data.capacity();
@@ -291,6 +333,49 @@ mod tests {
 
     fn data(bytes: &[u8]) -> SharedData {
         Arc::new(bytes.to_vec())
+    }
+
+    /// What a file whose last change was at `t` looks like.
+    fn changed_at(t: SystemTime) -> Looks {
+        let d = t.duration_since(UNIX_EPOCH).unwrap();
+        Looks {
+            size: 8,
+            mtime: (0, 0),
+            ctime: (d.as_secs() as i64, d.subsec_nanos()),
+        }
+    }
+
+    #[test]
+    fn a_file_is_settled_only_once_its_last_change_lies_settle_in_the_past() {
+        let now = SystemTime::now();
+        let ms = Duration::from_millis(1);
+        assert!(!changed_at(now).settled(now));
+        assert!(!changed_at(now - SETTLE + ms).settled(now));
+        assert!(changed_at(now - SETTLE).settled(now));
+        assert!(changed_at(UNIX_EPOCH + ms).settled(now));
+        assert!(
+            !changed_at(now + SETTLE).settled(now),
+            "a time ahead of the clock"
+        );
+        let before_1970 = Looks {
+            ctime: (-1, 0),
+            ..changed_at(now)
+        };
+        assert!(!before_1970.settled(now));
+    }
+
+    #[test]
+    fn a_read_of_a_file_changed_just_now_is_not_kept() {
+        let reads = SharedReads::default();
+        let t0 = Instant::now();
+        // Changed now: another change in the same tick or second might not move its times.
+        let recent = changed_at(SystemTime::now());
+        reads.keep(0, 8, data(b"12345678"), reads.changes(), recent, t0);
+        assert!(reads.find(0, 8, &recent, t0).is_none());
+        // Changed long ago: kept.
+        let old = changed_at(SystemTime::now() - SETTLE * 2);
+        reads.keep(0, 8, data(b"12345678"), reads.changes(), old, t0);
+        assert!(reads.find(0, 8, &old, t0).is_some());
     }
 
     #[test]

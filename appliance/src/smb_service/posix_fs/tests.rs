@@ -2072,6 +2072,9 @@ fn large_reads_of_uncached_files_bypass_the_page_cache_and_read_what_was_written
 
 #[test]
 fn opens_of_one_file_share_large_reads_until_its_data_changes() {
+    // This test changes the file and reads it back at once; the settle rule has a test of
+    // its own below.
+    super::shared_reads::SETTLE_ON_THIS_THREAD.with(|s| s.set(Some(std::time::Duration::ZERO)));
     let fx = fixture();
     let data: Vec<u8> = (0..600_000u32).map(|i| (i % 253) as u8).collect();
     let a = open(&fx, "weights", D::Create).unwrap();
@@ -2127,4 +2130,24 @@ fn opens_of_one_file_share_large_reads_until_its_data_changes() {
     let d2 = open(&fx, "dir", D::Open).unwrap();
     assert!(d.file.read_shared(0, 300_000, false).unwrap().is_none());
     drop(d2);
+}
+
+#[test]
+fn a_file_changed_within_the_settle_time_is_read_but_not_shared() {
+    let fx = fixture();
+    let data = vec![7u8; 300_000];
+    let a = open(&fx, "fresh", D::Create).unwrap();
+    a.file.write_at(0, &data, false).unwrap();
+    let b = open(&fx, "fresh", D::Open).unwrap();
+    // The first reader alone takes the ordinary path.
+    assert!(a.file.read_shared(0, 300_000, false).unwrap().is_none());
+    // Both opens read; the file changed just now, so nothing is kept between them: a change
+    // from outside in the same tick or second might not have moved its times.
+    let first = b.file.read_shared(0, 300_000, false).unwrap().unwrap();
+    let second = a.file.read_shared(0, 300_000, false).unwrap().unwrap();
+    assert_eq!(first.as_slice(), &data[..]);
+    assert_eq!(second.as_slice(), &data[..]);
+    assert!(!Arc::ptr_eq(&first, &second), "shared a just-changed file");
+    let third = b.file.read_shared(0, 300_000, false).unwrap().unwrap();
+    assert!(!Arc::ptr_eq(&second, &third));
 }
