@@ -466,6 +466,11 @@ impl FsFile for PosixFile {
         }
         let before = reads.changes();
         let looks = shared_reads::Looks::from(&self.stat()?);
+        // A file changed too recently keeps no reads (`SharedReads::keep`): its read takes
+        // the pooled response buffer, not a buffer of its own that would only be freed.
+        if !looks.settled(SystemTime::now()) {
+            return Ok(None);
+        }
         if let Some(data) = reads.find(offset, len, &looks, now) {
             return Ok(Some(data));
         }
