@@ -34,7 +34,7 @@ mod tests;
 pub mod write_time;
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -202,9 +202,14 @@ impl PosixShareFs {
 
     /// Opens the existing object `loc` names; `cached` resolves it from the kernel's caches
     /// alone ([`ShareFs::open_cached`]).
+    /// Opens the existing object at `comps` (stored components from the share root).
+    /// `parent_fd` is its parent directory when the caller has it open; else the parent
+    /// is opened only if the security check asks for its descriptor (rare), which saves
+    /// a cached open two system calls.
     fn open_existing(
         &self,
-        loc: &Located,
+        comps: Vec<String>,
+        parent_fd: Option<BorrowedFd<'_>>,
         req: &CreateRequest<'_>,
         cached: bool,
     ) -> Result<Made, FsError> {
@@ -214,7 +219,6 @@ impl PosixShareFs {
         if want_write && self.inner.config.read_only {
             return Err(FsError::AccessDenied("read-only share".into()));
         }
-        let comps = loc.components();
         let root = self.inner.root.as_fd();
         let rw = if want_write {
             libc::O_RDWR
@@ -263,7 +267,18 @@ impl PosixShareFs {
         if let Some(gate) = req.security {
             let stored = descriptor::read(fd.as_fd(), &self.inner.xattrs)?;
             let xattrs = &self.inner.xattrs;
-            let parent = || descriptor::read_dir(loc.parent_fd.as_fd(), xattrs);
+            let parent = || match parent_fd {
+                Some(dir) => descriptor::read_dir(dir, xattrs),
+                None => {
+                    let dirs = comps.split_last().map(|(_, d)| d).unwrap_or_default();
+                    let dir = if cached {
+                        resolve::open_beneath_cached(root, dirs, resolve::PARENT_FLAGS)?
+                    } else {
+                        resolve::open_beneath(root, dirs, resolve::PARENT_FLAGS, true)?
+                    };
+                    descriptor::read_dir(dir.as_fd(), xattrs)
+                }
+            };
             gate.check_existing(&ExistingFile {
                 descriptor: stored.as_deref(),
                 is_dir: st.is_dir(),
@@ -457,7 +472,7 @@ impl PosixShareFs {
         if loc.exists {
             return match req.disposition {
                 Create => Err(FsError::Exists(req.path.to_string())),
-                _ => self.open_existing(&loc, req, false),
+                _ => self.open_existing(loc.components(), Some(loc.parent_fd.as_fd()), req, false),
             };
         }
         match req.disposition {
@@ -468,7 +483,12 @@ impl PosixShareFs {
                 Err(FsError::Exists(_)) => {
                     let again =
                         resolve::locate(&self.inner.names, self.inner.root.as_fd(), &comps)?;
-                    self.open_existing(&again, req, false)
+                    self.open_existing(
+                        again.components(),
+                        Some(again.parent_fd.as_fd()),
+                        req,
+                        false,
+                    )
                 }
                 other => other,
             },
@@ -509,16 +529,8 @@ impl ShareFs for PosixShareFs {
         let Some((last, dirs)) = comps.split_last() else {
             return Err(FsError::WouldBlock);
         };
-        let parent: Vec<String> = dirs.iter().map(|c| c.to_string()).collect();
-        let parent_fd =
-            resolve::open_beneath_cached(self.inner.root.as_fd(), &parent, resolve::PARENT_FLAGS)?;
-        let loc = Located {
-            parent_fd,
-            parent,
-            name: last.to_string(),
-            exists: true,
-        };
-        let (file, action, info) = self.open_existing(&loc, req, true)?;
+        let comps: Vec<String> = dirs.iter().chain([last]).map(|c| c.to_string()).collect();
+        let (file, action, info) = self.open_existing(comps, None, req, true)?;
         Ok(Opened {
             file: Box::new(file),
             action,

@@ -1281,6 +1281,54 @@ fn descriptors_are_stored_at_create_and_shown_to_the_gate_before_truncation() {
 }
 
 #[test]
+fn a_cached_open_still_shows_the_gate_its_parents_descriptor() {
+    let fx = fixture();
+    let gate = RecordingGate::default();
+    for (path, options) in [("d", co::DIRECTORY_FILE), ("d\\f", 0)] {
+        fx.fs
+            .create(&CreateRequest {
+                options,
+                security: Some(&gate),
+                ..req(path, D::Create)
+            })
+            .unwrap();
+    }
+    // The cached open no longer opens the parent up front; the gate's parent reader
+    // opens it when called and must still find the parent's stored descriptor.
+    let seen = RecordingGate::default();
+    let cached = fx
+        .fs
+        .open_cached(&CreateRequest {
+            security: Some(&seen),
+            ..req("d\\f", D::Open)
+        })
+        .unwrap();
+    assert_eq!(cached.file.path(), "d\\f");
+    assert_eq!(
+        *seen.seen_existing.lock().unwrap(),
+        vec![(Some(b"file-sd".to_vec()), Some(Some(b"dir-sd".to_vec())))]
+    );
+    // A file in the share root: its parent is the root, which stores no descriptor.
+    fx.fs
+        .create(&CreateRequest {
+            security: Some(&gate),
+            ..req("top", D::Create)
+        })
+        .unwrap();
+    let top = RecordingGate::default();
+    fx.fs
+        .open_cached(&CreateRequest {
+            security: Some(&top),
+            ..req("top", D::Open)
+        })
+        .unwrap();
+    assert_eq!(
+        *top.seen_existing.lock().unwrap(),
+        vec![(Some(b"file-sd".to_vec()), Some(None))]
+    );
+}
+
+#[test]
 fn without_xattrs_an_explicit_descriptor_is_refused_not_dropped() {
     let fx = fixture();
     fx.fs.inner.xattrs.disable();
