@@ -4,9 +4,11 @@
 //! request costs an eventfd write to wake that thread, and every completion a channel
 //! send and a wake-up of the queue's task from another thread; at 4 KiB that hand-off
 //! is most of a request's CPU (tests/bench/nvme.md). Here the queue pushes a turn's
-//! requests into its ring and submits them with one `io_uring_enter`, and the kernel
-//! signals completions through an eventfd registered with the ring, which the queue's
-//! task waits on in tokio's reactor like its socket. A completion the kernel posted at
+//! requests into its ring and submits them with one `io_uring_enter`, and the queue's
+//! task waits for completions in tokio's reactor like its socket, on the ring's own
+//! descriptor: it polls readable while the completion queue holds entries, and each
+//! completion posted wakes its pollers, so no eventfd has to be signalled by the kernel
+//! and read back by the queue on every turn. A completion the kernel posted at
 //! submission (a read from the page cache) is reaped on the next turn without waiting.
 //!
 //! Teardown: a queue that ends with operations in flight hands its ring to a blocking
@@ -16,7 +18,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -28,39 +30,43 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::mpsc;
 
-use super::uring::{eventfd, plan, run_blocking, Planned, Ring, RING_ENTRIES};
+use super::uring::{plan, run_blocking, Planned, Ring, RING_ENTRIES};
 
 /// How long a torn-down queue's ring waits for its operations in flight before it
 /// leaks their buffers instead.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
-/// A queue's ring, its completion eventfd and the blocking pool for what the ring
-/// does not take.
+/// A queue's ring, its descriptor in tokio's reactor and the blocking pool for what the
+/// ring does not take.
 pub struct UringQueue {
     /// `None` once the ring failed (everything then goes to the blocking pool), and
     /// while being dropped.
     ring: Option<Ring<()>>,
-    signal: AsyncFd<OwnedFd>,
+    /// A duplicate of the ring's descriptor, registered with the reactor. A duplicate,
+    /// not the ring's own number, so that it stays valid (and registered) while the ring
+    /// is handed to [`Drain`] or dropped after a failure.
+    ring_fd: AsyncFd<OwnedFd>,
     blocking: tokio::runtime::Handle,
     from_pool_tx: mpsc::UnboundedSender<IoFinished>,
     from_pool: mpsc::UnboundedReceiver<IoFinished>,
 }
 
 impl UringQueue {
-    /// A ring with a registered, non-blocking completion eventfd. Must be called
-    /// inside a tokio runtime with I/O enabled.
+    /// A ring whose descriptor the reactor watches. Must be called inside a tokio
+    /// runtime with I/O enabled.
     pub fn new(blocking: tokio::runtime::Handle, completed: Arc<AtomicU64>) -> io::Result<Self> {
         let ring = IoUring::new(RING_ENTRIES)?;
-        let fd = eventfd(libc::EFD_NONBLOCK)?;
-        ring.submitter().register_eventfd(fd.as_raw_fd())?;
-        // SAFETY: the AsyncFd owns the OwnedFd, which stays open (and the same
+        // SAFETY: the ring's descriptor is open for as long as `ring`, which outlives
+        // this borrow; the duplicate made from it is owned on its own.
+        let dup = unsafe { BorrowedFd::borrow_raw(ring.as_raw_fd()) }.try_clone_to_owned()?;
+        // SAFETY: the AsyncFd owns the duplicate, which stays open (and the same
         // descriptor) until the AsyncFd is dropped.
-        let signal = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+        let ring_fd = unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }
             .map_err(|e| io::Error::other(e.to_string()))?;
         let (from_pool_tx, from_pool) = mpsc::unbounded_channel();
         Ok(UringQueue {
             ring: Some(Ring::new(ring, 0, completed)),
-            signal,
+            ring_fd,
             blocking,
             from_pool_tx,
             from_pool,
@@ -95,20 +101,6 @@ impl UringQueue {
             self.flush();
         }
         any
-    }
-
-    /// Empties the eventfd's counter; false when it was already empty.
-    fn drain_signal(&self) -> bool {
-        let mut buf = [0u8; 8];
-        // SAFETY: reads 8 bytes into a local buffer from a descriptor we own.
-        let n = unsafe {
-            libc::read(
-                self.signal.get_ref().as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        n == 8
     }
 
     /// The ring failed: its operations in flight fail (their buffers leak), the rest
@@ -172,10 +164,11 @@ impl QueueIo for UringQueue {
             if any {
                 return Poll::Ready(());
             }
-            // Nothing reaped: wait for the kernel's signal. Each pass either finds the
-            // signal set (and empties it, then reaps again) or clears tokio's readiness,
-            // so this ends.
-            let mut ready = match self.signal.poll_read_ready(cx) {
+            // Nothing reaped: wait until the ring's descriptor polls readable. Readiness
+            // still set from an earlier wake-up is cleared and the queue reaped again; a
+            // completion posted after that reap wakes the reactor anew, so none is
+            // missed, and each pass either returns or clears readiness, so this ends.
+            let mut ready = match self.ring_fd.poll_read_ready(cx) {
                 Poll::Ready(Ok(r)) => r,
                 Poll::Ready(Err(e)) => {
                     self.break_ring(&e, out);
@@ -187,9 +180,7 @@ impl QueueIo for UringQueue {
                 }
                 Poll::Pending => return Poll::Pending,
             };
-            if !self.drain_signal() {
-                ready.clear_ready();
-            }
+            ready.clear_ready();
         }
     }
 }
