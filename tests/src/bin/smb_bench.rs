@@ -807,7 +807,8 @@ fn main() -> anyhow::Result<()> {
             };
             let device = match fio {
                 Some((rw, f)) if f > 0.0 => format!(
-                    "; the share's file system itself did {f:.0} MB/s of O_DIRECT 1 MiB {rw}s                      with fio in this run ({:.2}x Samba's figure), of which Quarry reached {:.0}%",
+                    "; the share's file system itself did {f:.0} MB/s of O_DIRECT 1 MiB {rw}s \
+                     with fio in this run ({:.2}x Samba's figure), of which Quarry reached {:.0}%",
                     f / sf.value,
                     qf.value / f * 100.0
                 ),
