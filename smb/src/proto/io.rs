@@ -73,15 +73,28 @@ impl ReadRequest {
     }
 }
 
-/// Appends the 16-byte fixed part of a READ response; the caller appends `data_len` bytes of
-/// data right after it (or writes them with a vectored write).
+/// Length of a READ response's fixed part (MS-SMB2 2.2.20), the bytes before its data.
+pub const READ_RESPONSE_FIXED_LEN: usize = 16;
+
+/// The fixed part of a READ response announcing `data_len` bytes of data, as an array:
+/// the server writes it in place in front of data already read into a pooled buffer, so
+/// a READ allocates nothing for it.
+pub fn read_response_fixed(data_len: u32) -> [u8; READ_RESPONSE_FIXED_LEN] {
+    let mut fixed = [0u8; READ_RESPONSE_FIXED_LEN];
+    let (size, rest) = fixed.split_at_mut(2);
+    size.copy_from_slice(&17u16.to_le_bytes());
+    let (offset, rest) = rest.split_at_mut(2);
+    // DataOffset, then Reserved (0).
+    offset.copy_from_slice(&[READ_DATA_OFFSET as u8, 0]);
+    let (length, _remaining_and_flags) = rest.split_at_mut(4);
+    length.copy_from_slice(&data_len.to_le_bytes());
+    fixed
+}
+
+/// Appends the fixed part of a READ response ([`read_response_fixed`]); the caller appends
+/// `data_len` bytes of data right after it (or writes them with a vectored write).
 pub fn encode_read_response_fixed(out: &mut Vec<u8>, data_len: u32) {
-    out.put_u16(17);
-    out.put_u8(READ_DATA_OFFSET as u8);
-    out.put_u8(0);
-    out.put_u32(data_len);
-    out.put_u32(0);
-    out.put_u32(0);
+    out.extend_from_slice(&read_response_fixed(data_len));
 }
 
 /// A WRITE request with its data borrowed from the message.
@@ -356,6 +369,10 @@ mod tests {
         let mut out = Vec::new();
         encode_read_response_fixed(&mut out, 3);
         assert_eq!(hex::encode(out), "11005000030000000000000000000000");
+        assert_eq!(
+            hex::encode(read_response_fixed(0x0102_0304)),
+            "11005000040302010000000000000000"
+        );
     }
 
     #[test]

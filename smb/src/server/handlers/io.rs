@@ -2,8 +2,8 @@
 //! the storage call on the blocking pool.
 
 use crate::proto::io::{
-    encode_read_response_fixed, encode_write_response, LockRequest, ReadRequest, WriteRequest,
-    WRITEFLAG_WRITE_THROUGH,
+    encode_write_response, read_response_fixed, LockRequest, ReadRequest, WriteRequest,
+    READ_RESPONSE_FIXED_LEN, WRITEFLAG_WRITE_THROUGH,
 };
 use crate::proto::session::encode_empty_response;
 use crate::proto::{status, FileId};
@@ -11,9 +11,6 @@ use crate::server::bufpool::{BufPool, OutBuf, Received, HEADROOM};
 use crate::server::pending::Wait;
 use crate::share_mode::{LockError, LockPlan};
 use std::sync::atomic::Ordering;
-
-/// Bytes of a READ response before its data.
-const READ_RESPONSE_FIXED: usize = 16;
 
 use super::create::{FILE_APPEND_DATA, FILE_EXECUTE, FILE_READ_DATA, FILE_WRITE_DATA};
 use super::{blocking, file_of};
@@ -90,8 +87,8 @@ async fn read_pooled(
     offset: u64,
     len: usize,
 ) -> Result<(OutBuf, usize), u32> {
-    let (mut buf, start) = bufs.take_read(READ_RESPONSE_FIXED, len, offset);
-    let data_at = start + READ_RESPONSE_FIXED;
+    let (mut buf, start) = bufs.take_read(READ_RESPONSE_FIXED_LEN, len, offset);
+    let data_at = start + READ_RESPONSE_FIXED_LEN;
     let cached = f.read_cached(offset, &mut buf[data_at..data_at + len]);
     let (mut buf, n) = match cached {
         Ok(n) => (buf, n),
@@ -103,9 +100,7 @@ async fn read_pooled(
             .await?
         }
     };
-    let mut fixed = Vec::with_capacity(READ_RESPONSE_FIXED);
-    encode_read_response_fixed(&mut fixed, u32::try_from(n).unwrap_or(u32::MAX));
-    buf[start..data_at].copy_from_slice(&fixed);
+    buf[start..data_at].copy_from_slice(&read_response_fixed(u32::try_from(n).unwrap_or(u32::MAX)));
     let out = OutBuf {
         buf,
         start,
@@ -142,10 +137,8 @@ async fn read_shared(
         return Ok(None);
     };
     let n = data.len();
-    let mut buf = vec![0u8; HEADROOM + READ_RESPONSE_FIXED];
-    let mut fixed = Vec::with_capacity(READ_RESPONSE_FIXED);
-    encode_read_response_fixed(&mut fixed, u32::try_from(n).unwrap_or(u32::MAX));
-    buf[HEADROOM..].copy_from_slice(&fixed);
+    let mut buf = vec![0u8; HEADROOM + READ_RESPONSE_FIXED_LEN];
+    buf[HEADROOM..].copy_from_slice(&read_response_fixed(u32::try_from(n).unwrap_or(u32::MAX)));
     let end = buf.len();
     let out = OutBuf {
         buf,
