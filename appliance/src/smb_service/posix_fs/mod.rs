@@ -200,9 +200,8 @@ impl PosixShareFs {
         Ok((file, CreateAction::Opened, info))
     }
 
-    /// Opens the existing object `loc` names; `cached` resolves it from the kernel's caches
-    /// alone ([`ShareFs::open_cached`]).
-    /// Opens the existing object at `comps` (stored components from the share root).
+    /// Opens the existing object at `comps` (stored components from the share root);
+    /// `cached` resolves it from the kernel's caches alone ([`ShareFs::open_cached`]).
     /// `parent_fd` is its parent directory when the caller has it open; else the parent
     /// is opened only if the security check asks for its descriptor (rare), which saves
     /// a cached open two system calls.
