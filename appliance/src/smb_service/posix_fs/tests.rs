@@ -1831,13 +1831,19 @@ fn cached_reads_come_from_the_page_cache_or_not_at_all() {
     assert_eq!(o.file.read_cached(0, &mut buf).unwrap(), data.len());
     assert_eq!(&buf[..data.len()], &data[..]);
     assert_eq!(o.file.read_cached(data.len() as u64, &mut buf).unwrap(), 0);
-    // Evicted: the cached read refuses rather than wait for the device, and the ordinary
-    // read fetches it, after which it is cached again.
+    // Evicted: the cached read answers only what it can get without waiting. The kernel's
+    // non-blocking read starts readahead before it refuses, and on a fast device that
+    // readahead can finish before the read looks again (seen in CI, and on this kind of
+    // machine in most tries), so refusing cannot be asserted here; what it answers must be
+    // right. Refusal without reading is asserted where Quarry decides it itself: large
+    // uncached reads (`large_reads_of_uncached_files_bypass_the_page_cache...`).
     evict_from_page_cache(&fx.root.join("f"));
-    assert!(matches!(
-        o.file.read_cached(0, &mut buf[..100_000]),
-        Err(FsError::WouldBlock)
-    ));
+    match o.file.read_cached(0, &mut buf[..100_000]) {
+        Err(FsError::WouldBlock) => {}
+        Ok(n) => assert_eq!(&buf[..n], &data[..n], "a cached read's bytes"),
+        Err(e) => panic!("cached read of evicted data: {e}"),
+    }
+    evict_from_page_cache(&fx.root.join("f"));
     assert_eq!(o.file.read_at(0, &mut buf[..100_000]).unwrap(), 100_000);
     assert_eq!(o.file.read_cached(0, &mut buf[..100_000]).unwrap(), 100_000);
     assert_eq!(&buf[..100_000], &data[..100_000]);
