@@ -86,10 +86,14 @@ impl PosixDirCursor {
         let plain = d_type == libc::DT_REG || d_type == libc::DT_DIR;
         if plain && !self.mac {
             match attrs::info_at(self.dir.as_fd(), &cname, &self.share.xattrs) {
-                Ok(Some((st, info))) => {
+                Ok(Some((st, mut info))) => {
                     // Replaced by a symlink or a special file since readdir: hidden, as an
                     // O_NOFOLLOW open below would hide it.
-                    return Ok((st.is_dir() || st.is_file()).then(|| DirEntry {
+                    if !(st.is_dir() || st.is_file()) {
+                        return Ok(None);
+                    }
+                    self.share.size_locks.show_in((st.dev, st.ino), &mut info);
+                    return Ok(Some(DirEntry {
                         name: name.to_string(),
                         info,
                         mac: None,
@@ -127,19 +131,24 @@ impl PosixDirCursor {
                 return Ok(sys::lstat_at(self.dir.as_fd(), &cname)
                     .ok()
                     .filter(|st| st.is_dir() || st.is_file())
-                    .map(|st| DirEntry {
-                        name: name.to_string(),
-                        info: attrs::file_info(&st, &attrs::Stored::default()),
-                        mac: None,
+                    .map(|st| {
+                        let mut info = attrs::file_info(&st, &attrs::Stored::default());
+                        self.share.size_locks.show_in((st.dev, st.ino), &mut info);
+                        DirEntry {
+                            name: name.to_string(),
+                            info,
+                            mac: None,
+                        }
                     }));
             }
             // Vanished since readdir, dangling or escaping symlink, fifo, ...: hide it.
             Err(_) => return Ok(None),
         };
-        let (st, info) = attrs::info_of(fd.as_fd(), &self.share.xattrs)?;
+        let (st, mut info) = attrs::info_of(fd.as_fd(), &self.share.xattrs)?;
         if !(st.is_dir() || st.is_file()) {
             return Ok(None);
         }
+        self.share.size_locks.show_in((st.dev, st.ino), &mut info);
         Ok(Some(DirEntry {
             name: name.to_string(),
             info,

@@ -63,6 +63,37 @@ fn io_err(context: &str) -> impl FnOnce(std::io::Error) -> FsError + '_ {
     move |e| FsError::from_io(context, e)
 }
 
+/// Which event a write-time step follows (see [`PosixFile::plan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// A write through this open (the kernel has just moved mtime).
+    Write,
+    /// Anything else: a query, a flush, a set-info, the close.
+    Other,
+}
+
+/// Times closer than this are one time to a client: Windows' clock, which stamps its write
+/// times, ticks every 15.6 ms.
+const SAME_TIME_NS: i128 = 15_000_000;
+
+/// Whether the kernel's mtime `mtime` is the time `now` to a client (at most
+/// [`SAME_TIME_NS`] before it).
+fn same_time(mtime: UnixTime, now: UnixTime) -> bool {
+    let ns = |t: UnixTime| i128::from(t.0) * 1_000_000_000 + i128::from(t.1);
+    (0..=SAME_TIME_NS).contains(&(ns(now) - ns(mtime)))
+}
+
+/// The current time, as mtime holds it.
+fn unix_now() -> UnixTime {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (
+        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        d.subsec_nanos(),
+    )
+}
+
 /// Sets mtime of `fd` to `target`; a failure only costs the timestamp.
 fn set_write_time(fd: BorrowedFd<'_>, target: UnixTime) {
     if let Err(e) = sys::futimens(fd, None, Some(target)) {
@@ -118,6 +149,7 @@ impl PosixFile {
         write_through: bool,
     ) -> PosixFile {
         let shared = share.size_locks.get((st.dev, st.ino));
+        shared.shown.opened();
         PosixFile {
             share,
             file: File::from(fd),
@@ -136,7 +168,7 @@ impl PosixFile {
 
     /// Current metadata.
     pub(crate) fn current_info(&self) -> Result<FileInfo, FsError> {
-        // A due delayed write-time update is stamped first, so the stat below shows it.
+        // A due delayed write-time update shows first, so the answer below has it.
         self.write_time_step(|w| w.on_query(Instant::now()));
         self.stat_info()
     }
@@ -148,11 +180,13 @@ impl PosixFile {
     }
 
     /// `read` (this file's [`attrs::info_of`], read while opening it) as
-    /// [`PosixFile::current_info`] would report it: with the allocation hint applied. A
-    /// new open has written nothing, so it has no delayed write time to settle first.
+    /// [`PosixFile::current_info`] would report it: with the allocation hint and the write
+    /// time shown instead of mtime (another open's pending update) applied. A new open has
+    /// written nothing, so it has no delayed write time of its own to settle first.
     pub(crate) fn opened_info(&self, read: FileInfo) -> FileInfo {
         let mut info = read;
         if !self.is_dir {
+            self.shared.shown.apply(&mut info);
             info.allocation_size = info
                 .allocation_size
                 .max(self.allocation_hint.load(Ordering::Relaxed));
@@ -187,54 +221,56 @@ impl PosixFile {
         self.shared.write_epoch.load(Ordering::Relaxed)
     }
 
-    /// Runs one step of the write-time state machine and applies its verdict to mtime. A
-    /// failure to adjust the time never fails the I/O that caused it.
+    /// Runs one step of the write-time state machine and shows its verdict (see
+    /// [`PosixFile::plan`]).
     fn write_time_step(&self, step: impl FnOnce(&mut WriteTimeState) -> Fix) {
-        if let Some(target) = self.write_time_target(step) {
-            set_write_time(self.file.as_fd(), target);
-        }
+        self.write_time_step_as(Step::Other, step);
     }
 
-    /// Runs one step of the write-time state machine; the time mtime must be set to, if
-    /// the step moves it.
-    fn write_time_target(&self, step: impl FnOnce(&mut WriteTimeState) -> Fix) -> Option<UnixTime> {
+    /// [`PosixFile::write_time_step`] for the step that follows a write through this open.
+    fn write_time_step_after_write(&self, step: impl FnOnce(&mut WriteTimeState) -> Fix) {
+        self.write_time_step_as(Step::Write, step);
+    }
+
+    fn write_time_step_as(&self, kind: Step, step: impl FnOnce(&mut WriteTimeState) -> Fix) {
         if self.is_dir {
-            return None;
+            return;
         }
         let fix = step(&mut self.write_time.lock().unwrap_or_else(|p| p.into_inner()));
-        match fix {
-            Fix::Keep => None,
-            Fix::Restore(t) => Some(t),
-            Fix::Now => {
-                let d = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .unwrap_or_default();
-                Some((
-                    i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-                    d.subsec_nanos(),
-                ))
-            }
+        let next = self.plan(kind, fix);
+        if next != self.shared.shown.get() {
+            self.shared.shown.set(next);
         }
     }
 
-    /// [`PosixFile::write_time_step`] for cached calls: takes the step only when it leaves
-    /// the write time alone; when it would stamp one (a metadata write), nothing changes and
-    /// the answer is [`FsError::WouldBlock`].
-    fn write_time_step_cached(
-        &self,
-        step: impl FnOnce(&mut WriteTimeState) -> Fix,
-    ) -> Result<(), FsError> {
-        if self.is_dir {
-            return Ok(());
-        }
-        let mut state = self.write_time.lock().unwrap_or_else(|p| p.into_inner());
-        let mut next = state.clone();
-        match step(&mut next) {
-            Fix::Keep => {
-                *state = next;
-                Ok(())
+    /// The shown write time ([`super::shown_time::ShownWriteTime`]) after a step's
+    /// verdict, `None` for mtime:
+    ///
+    /// - after a write, the kernel has moved mtime: `Keep` shows it, and `Restore(t)` shows
+    ///   `t` in its place;
+    /// - otherwise `Restore(t)` shows `t`, `Keep` changes nothing, and `Now` shows the
+    ///   current time. When the kernel's mtime, the time of the last write, is that time to
+    ///   a client ([`same_time`]: a close right after a write) and later than the time
+    ///   shown (a kernel with coarse timestamps may have given the write the time of the
+    ///   change before it), mtime itself shows it; otherwise the current time is shown.
+    ///
+    /// Nothing here writes mtime: a time still shown when the file's last open ends is
+    /// written then (`Drop for PosixFile`).
+    fn plan(&self, kind: Step, fix: Fix) -> Option<UnixTime> {
+        let shown = self.shared.shown.get();
+        match (kind, fix) {
+            (Step::Write, Fix::Keep) => None,
+            (_, Fix::Restore(t)) => Some(t),
+            (Step::Other, Fix::Keep) => shown,
+            (_, Fix::Now) => {
+                let now = unix_now();
+                match self.stat() {
+                    Ok(st) if shown.is_none_or(|s| st.mtime > s) && same_time(st.mtime, now) => {
+                        None
+                    }
+                    _ => Some(now),
+                }
             }
-            Fix::Now | Fix::Restore(_) => Err(FsError::WouldBlock),
         }
     }
 
@@ -510,9 +546,9 @@ impl FsFile for PosixFile {
                 self.direct
                     .write_all_at(&self.file, data, offset)
                     .map_err(io_err("write"))?;
-                (true, st.mtime)
+                (true, self.shared.shown.or(st.mtime))
             } else {
-                (false, st.mtime)
+                (false, self.shared.shown.or(st.mtime))
             }
         };
         if !in_place {
@@ -520,7 +556,7 @@ impl FsFile for PosixFile {
             let _c = self.shared.reads.changing();
             let st = self.stat()?;
             let old = st.size;
-            before = st.mtime;
+            before = self.shared.shown.or(st.mtime);
             let grow = end.saturating_sub(old);
             if grow > 0 {
                 self.share
@@ -540,7 +576,7 @@ impl FsFile for PosixFile {
             }
         }
         let epoch = self.epoch();
-        self.write_time_step(|w| w.after_write(before, Instant::now(), epoch));
+        self.write_time_step_after_write(|w| w.after_write(before, Instant::now(), epoch));
         if write_through || self.write_through {
             self.sync_data()?;
         }
@@ -560,7 +596,8 @@ impl FsFile for PosixFile {
     }
 
     fn info_cached(&self) -> Result<FileInfo, FsError> {
-        self.write_time_step_cached(|w| w.on_query(Instant::now()))?;
+        // A step changes only memory (the shown write time): it never waits.
+        self.write_time_step(|w| w.on_query(Instant::now()));
         self.stat_info()
     }
 
@@ -610,7 +647,7 @@ impl FsFile for PosixFile {
         if !self.is_dir {
             match change.last_write_time {
                 Some(FILETIME_FREEZE) => {
-                    let now = self.stat()?.mtime;
+                    let now = self.shared.shown.or(self.stat()?.mtime);
                     self.write_time
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -629,6 +666,8 @@ impl FsFile for PosixFile {
         }
         match mtime {
             Some(t) if !self.is_dir => {
+                // mtime is the time set now: nothing shown in its place any more.
+                self.shared.shown.set(None);
                 self.shared.write_epoch.fetch_add(1, Ordering::Relaxed);
                 self.write_time
                     .lock()
@@ -913,7 +952,8 @@ impl FsFile for PosixFile {
             Err(e) => Err(FsError::from_io("punch hole", e)),
         };
         if result.is_ok() {
-            self.write_time_step(|w| w.after_write(st.mtime, Instant::now(), epoch));
+            let before = self.shared.shown.or(st.mtime);
+            self.write_time_step_after_write(|w| w.after_write(before, Instant::now(), epoch));
         }
         result
     }
@@ -925,8 +965,8 @@ impl FsFile for PosixFile {
     }
 
     fn close_cached(&self) -> Result<(), FsError> {
-        let epoch = self.epoch();
-        self.write_time_step_cached(|w| w.on_close(epoch))
+        // A close changes only memory (the shown write time; see `shown_time`).
+        self.close()
     }
 
     fn allocated_ranges(
@@ -1012,21 +1052,40 @@ impl FsFile for PosixFile {
 
 impl Drop for PosixFile {
     /// A close the server did not announce (an open dropped on a path that has no close
-    /// of its own) still stamps a deferred write time. The stamp is a metadata write
-    /// that may wait for the file system's journal, so inside the runtime it goes to the
-    /// blocking pool on a duplicate of the descriptor, never onto the thread dropping
-    /// the file, which may be a reactor thread. Until the pool gets to it, the file shows
-    /// its earlier write time, as if the close had come that much later.
+    /// of its own) still ends a deferred write-time update, as a close does. When this was
+    /// the file's last open and a write time is still shown in place of mtime, it is written
+    /// to mtime (see [`super::shown_time`]). That is a metadata write that may wait for the
+    /// file system's journal, so inside the runtime it goes to the blocking pool on a
+    /// duplicate of the descriptor, never onto the thread dropping the file, which may be a
+    /// reactor thread; the time stays shown from memory until it is written.
     fn drop(&mut self) {
-        let epoch = self.epoch();
-        let Some(target) = self.write_time_target(|w| w.on_close(epoch)) else {
+        if !self.is_dir {
+            let epoch = self.epoch();
+            let fix = self
+                .write_time
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .on_close(epoch);
+            let next = self.plan(Step::Other, fix);
+            if next != self.shared.shown.get() {
+                self.shared.shown.set(next);
+            }
+        }
+        let Some(target) = self.shared.shown.closed() else {
             return;
         };
+        let shared = self.shared.clone();
         match (tokio::runtime::Handle::try_current(), self.file.try_clone()) {
             (Ok(runtime), Ok(dup)) => {
-                runtime.spawn_blocking(move || set_write_time(dup.as_fd(), target));
+                runtime.spawn_blocking(move || {
+                    set_write_time(dup.as_fd(), target);
+                    shared.shown.clear_if(target);
+                });
             }
-            _ => set_write_time(self.file.as_fd(), target),
+            _ => {
+                set_write_time(self.file.as_fd(), target);
+                shared.shown.clear_if(target);
+            }
         }
     }
 }

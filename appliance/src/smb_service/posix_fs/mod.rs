@@ -10,6 +10,8 @@
 //!   rename, delete, sparse ranges.
 //! - [`dir`]: directory enumeration cursors.
 //! - [`write_time`]: delayed write-time updates per open (pure state machine).
+//! - [`shown_time`]: the write time a file shows instead of mtime while an update is
+//!   pending, kept in memory so that writes and most closes set no times.
 //!
 //! Invariants: every path the client names is validated by `quarry_smb::vfs::names` and then
 //! opened with `RESOLVE_BENEATH` from the root descriptor, so nothing outside the share is
@@ -26,6 +28,7 @@ pub mod file;
 pub mod outside;
 pub mod resolve;
 pub mod shared_reads;
+pub mod shown_time;
 pub mod stream;
 pub mod stream_store;
 pub mod sys;
@@ -75,13 +78,16 @@ pub struct PosixShareConfig {
 /// What every open of one file shares: the lock that orders size changes (extending writes,
 /// truncates; write half) against in-place writes (read half), so the quota is charged
 /// exactly once for each byte of growth, the epoch of explicit write-time sets
-/// (see [`write_time`]), and the reads its opens share (see [`shared_reads`]).
+/// (see [`write_time`]), the write time shown instead of mtime (see [`shown_time`]), and the
+/// reads its opens share (see [`shared_reads`]).
 #[derive(Debug, Default)]
 pub struct InodeShared {
     /// Size-change lock.
     pub(crate) size: RwLock<()>,
     /// Bumped whenever a client sets the write time explicitly through any open.
     pub(crate) write_epoch: AtomicU64,
+    /// The write time shown instead of mtime while a delayed update is pending.
+    pub(crate) shown: shown_time::ShownWriteTime,
     /// Recent large reads that other opens may answer with, and the count of data changes
     /// that ends them.
     pub(crate) reads: shared_reads::SharedReads,
@@ -91,6 +97,8 @@ pub struct InodeShared {
 #[derive(Default)]
 pub struct SizeLocks {
     map: Mutex<HashMap<InodeKey, Weak<InodeShared>>>,
+    /// How many of them show a write time of their own.
+    shown: shown_time::ShownCount,
 }
 
 /// (device, inode): the identity of a file across its names and opens.
@@ -105,9 +113,28 @@ impl SizeLocks {
         if map.len() >= SIZE_LOCK_SWEEP_AT {
             map.retain(|_, w| w.strong_count() > 0);
         }
-        let shared = Arc::new(InodeShared::default());
+        let shared = Arc::new(InodeShared {
+            shown: shown_time::ShownWriteTime::new(self.shown.clone()),
+            ..InodeShared::default()
+        });
         map.insert(key, Arc::downgrade(&shared));
         shared
+    }
+
+    /// Puts the write time the open file `key` shows instead of mtime, if it shows one,
+    /// into `info` (a directory listing's entry). Costs nothing while no file of the share
+    /// shows one.
+    pub(crate) fn show_in(&self, key: InodeKey, info: &mut FileInfo) {
+        if !self.shown.any() {
+            return;
+        }
+        let shared = {
+            let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            map.get(&key).and_then(Weak::upgrade)
+        };
+        if let Some(shared) = shared {
+            shared.shown.apply(info);
+        }
     }
 }
 

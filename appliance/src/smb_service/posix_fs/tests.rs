@@ -1854,14 +1854,31 @@ fn cached_reads_come_from_the_page_cache_or_not_at_all() {
     ));
 }
 
+/// The file's mtime on disk, as a FILETIME (what a process outside the share sees).
+fn disk_write_time(fx: &Fixture, name: &str) -> u64 {
+    let m = fs::metadata(fx.root.join(name)).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    quarry_smb::vfs::filetime_from_unix(m.mtime(), m.mtime_nsec() as u32)
+}
+
 #[test]
-fn a_dropped_open_stamps_its_write_time_on_the_blocking_pool_not_the_dropping_thread() {
+fn a_dropped_last_open_writes_a_time_still_shown_on_the_blocking_pool_not_the_dropping_thread() {
     let fx = fixture();
     let old_ft = file_written_long_ago(&fx, "f");
     let write_time = || open(&fx, "f", D::Open).unwrap().info.last_write_time;
+    // An explicit write time sticks through a later write: shown from memory, while the
+    // kernel has moved mtime. The open is then dropped without a close.
     let o = open(&fx, "f", D::Open).unwrap();
-    // A write leaves a write time for the close to stamp; no close comes.
+    o.file
+        .set_basic_info(&BasicInfoChange {
+            last_write_time: Some(old_ft),
+            ..Default::default()
+        })
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
     o.file.write_at(0, b"a", false).unwrap();
+    assert_eq!(write_time(), old_ft);
+    assert!(disk_write_time(&fx, "f") > old_ft);
     let rt = tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(1)
         .enable_time()
@@ -1877,54 +1894,152 @@ fn a_dropped_open_stamps_its_write_time_on_the_blocking_pool_not_the_dropping_th
         });
         started_rx.recv().unwrap();
         drop(o);
-        assert_eq!(
-            write_time(),
-            old_ft,
-            "stamped on the dropping (runtime) thread"
+        assert!(
+            disk_write_time(&fx, "f") > old_ft,
+            "written on the dropping (runtime) thread"
         );
+        assert_eq!(write_time(), old_ft, "not shown until written");
         release_tx.send(()).unwrap();
         holder.await.unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while write_time() == old_ft {
-            assert!(std::time::Instant::now() < deadline, "never stamped");
+        while disk_write_time(&fx, "f") != old_ft {
+            assert!(std::time::Instant::now() < deadline, "never written");
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     });
-    // Outside a runtime the drop stamps at once.
+    assert_eq!(write_time(), old_ft);
+    // Outside a runtime the drop writes it at once.
     let o = open(&fx, "f", D::Open).unwrap();
-    let before = o.info.last_write_time;
+    o.file
+        .set_basic_info(&BasicInfoChange {
+            last_write_time: Some(old_ft),
+            ..Default::default()
+        })
+        .unwrap();
     o.file.write_at(0, b"b", false).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(20));
     drop(o);
-    assert!(write_time() > before);
+    assert_eq!(disk_write_time(&fx, "f"), old_ft);
 }
 
 #[test]
-fn cached_close_and_query_leave_a_due_write_time_to_the_pool() {
+fn writes_and_closes_set_no_times_yet_every_answer_shows_the_delayed_update() {
     let fx = fixture();
     let old_ft = file_written_long_ago(&fx, "f");
-    // A read-only open has nothing to stamp: both answer from memory.
+    let listed = |fx: &Fixture| {
+        let d = open(fx, "", D::Open).unwrap();
+        let mut c = d.file.list_dir("f").unwrap();
+        let e = c.next_entry().unwrap().unwrap();
+        assert_eq!(e.name, "f");
+        e.info.last_write_time
+    };
+    // A read-only open has nothing to settle: both answer from memory.
     let reader = open(&fx, "f", D::Open).unwrap();
     assert_eq!(reader.file.info_cached().unwrap().last_write_time, old_ft);
     reader.file.close_cached().unwrap();
-    // A write leaves a write time to stamp at close: the cached close refuses and changes
-    // nothing, so the ordinary close still stamps it.
+    // A write moves mtime on disk, but this open, a new open and a listing still show the
+    // time from before it.
     let writer = open(&fx, "f", D::Open).unwrap();
+    let started = std::time::Instant::now();
     writer.file.write_at(0, b"a", false).unwrap();
+    let written = disk_write_time(&fx, "f");
+    assert!(written > old_ft);
     assert_eq!(writer.file.info_cached().unwrap().last_write_time, old_ft);
-    assert!(matches!(
-        writer.file.close_cached(),
-        Err(FsError::WouldBlock)
-    ));
-    writer.file.close().unwrap();
-    assert!(writer.file.info_cached().unwrap().last_write_time > old_ft);
-    // Once the delayed update is due, the cached query leaves it to the ordinary one.
+    assert_eq!(
+        open(&fx, "f", D::Open).unwrap().info.last_write_time,
+        old_ft
+    );
+    assert_eq!(listed(&fx), old_ft);
+    // A cached close right after the write ends the delay: the update shows, as the time
+    // of the write, which is the close's time to a client.
+    writer.file.close_cached().unwrap();
+    let closed = writer.file.info_cached().unwrap().last_write_time;
+    assert_eq!(listed(&fx), closed);
+    drop(writer);
+    if started.elapsed() < std::time::Duration::from_millis(10) {
+        assert_eq!(closed, written);
+        assert_eq!(
+            disk_write_time(&fx, "f"),
+            written,
+            "nothing written at the close"
+        );
+    } else {
+        // Preempted past one clock tick of a client: the close showed its own time.
+        assert!(closed > written);
+    }
+    // A due update shows in a cached query too.
     let late = open(&fx, "f", D::Open).unwrap();
     let before = late.info.last_write_time;
+    std::thread::sleep(std::time::Duration::from_millis(20));
     late.file.write_at(0, b"b", false).unwrap();
+    assert_eq!(late.file.info_cached().unwrap().last_write_time, before);
     std::thread::sleep(super::write_time::WRITE_TIME_DELAY + std::time::Duration::from_millis(50));
-    assert!(matches!(late.file.info_cached(), Err(FsError::WouldBlock)));
-    assert!(late.file.info().unwrap().last_write_time > before);
+    assert!(late.file.info_cached().unwrap().last_write_time > before);
+}
+
+#[test]
+fn a_close_long_after_a_write_shows_its_own_time_and_keeps_it() {
+    // smbtorture smb2.timestamps.delayed-2write: the close's write time is later than the
+    // moment it was sent, though the last write was seconds before.
+    let fx = fixture();
+    file_written_long_ago(&fx, "f");
+    let o = open(&fx, "f", D::Open).unwrap();
+    o.file.write_at(0, b"a", false).unwrap();
+    let written = disk_write_time(&fx, "f");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let sent = quarry_smb::vfs::filetime_from_unix(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64,
+        0,
+    );
+    o.file.close_cached().unwrap();
+    let closed = o.file.info_cached().unwrap().last_write_time;
+    assert!(closed > written && closed >= sent, "the close's own time");
+    assert_eq!(
+        disk_write_time(&fx, "f"),
+        written,
+        "kept in memory while open"
+    );
+    drop(o);
+    assert_eq!(
+        disk_write_time(&fx, "f"),
+        closed,
+        "written when the last open ends"
+    );
+}
+
+#[test]
+fn an_update_shows_even_when_the_kernels_write_time_is_not_later() {
+    // mtime set ahead of the clock (as a coarse kernel clock may leave a write's time equal
+    // to the change before it): the kernel's time of the write cannot show the update, so
+    // the current time is shown, and written when the last open ends.
+    let fx = fixture();
+    fs::write(fx.root.join("f"), b"x").unwrap();
+    let ahead = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+    fs::File::options()
+        .write(true)
+        .open(fx.root.join("f"))
+        .unwrap()
+        .set_modified(ahead)
+        .unwrap();
+    let o = open(&fx, "f", D::Open).unwrap();
+    let ahead_ft = o.info.last_write_time;
+    o.file.write_at(0, b"a", false).unwrap();
+    assert_eq!(o.file.info().unwrap().last_write_time, ahead_ft);
+    let written = disk_write_time(&fx, "f");
+    assert!(written < ahead_ft);
+    o.file.flush().unwrap();
+    let shown = o.file.info().unwrap().last_write_time;
+    assert!(shown != ahead_ft && shown >= written, "the update shows");
+    o.file.close().unwrap();
+    drop(o);
+    assert_eq!(
+        disk_write_time(&fx, "f"),
+        shown,
+        "kept once no open holds it"
+    );
+    assert_eq!(open(&fx, "f", D::Open).unwrap().info.last_write_time, shown);
 }
 
 #[test]
