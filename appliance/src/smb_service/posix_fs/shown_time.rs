@@ -8,10 +8,11 @@
 //! file is to show is kept here, in memory, beside the file's other shared state, and every
 //! answer the share gives about the file (queries through any open, new opens, directory
 //! listings) shows it in place of mtime. mtime itself keeps the kernel's time of the last
-//! write, which is what the update shows when it becomes visible. Only a time still shown
+//! write, which is what the update shows when it becomes visible right after that write
+//! (the usual write-then-close); later, the current time is shown. Only a time still shown
 //! when the file's last open ends is written to mtime (an explicit write time that later
-//! writes moved, or an update a coarse kernel clock could not show), so that nothing
-//! shown is lost once no open holds it.
+//! writes moved, an update shown long after the write, or one a coarse kernel clock could
+//! not show), so that nothing shown is lost once no open holds it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
