@@ -445,6 +445,20 @@ pub trait FsFile: Send + Sync {
     fn close_cached(&self) -> Result<(), FsError> {
         Err(FsError::WouldBlock)
     }
+    /// CLOSE with POSTQUERY_ATTRIB: [`FsFile::close`], then [`FsFile::info`] of the
+    /// closed file, in one call so that an implementation can read the file's state once
+    /// for both. The default makes the two calls.
+    fn close_and_info(&self) -> Result<FileInfo, FsError> {
+        self.close()?;
+        self.info()
+    }
+    /// [`FsFile::close_and_info`] when neither part waits for the device, or
+    /// [`FsError::WouldBlock`] with nothing done. The default makes the two cached calls,
+    /// so it never tries unless both can.
+    fn close_and_info_cached(&self) -> Result<FileInfo, FsError> {
+        self.close_cached()?;
+        self.info_cached()
+    }
     /// Allocated ranges within `[offset, offset+length)`, at most `max_ranges` of them
     /// (FSCTL_QUERY_ALLOCATED_RANGES, via SEEK_DATA/SEEK_HOLE). Returns the ranges and whether
     /// more were left out.

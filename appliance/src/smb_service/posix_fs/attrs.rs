@@ -235,9 +235,19 @@ pub fn file_info(st: &Stat, stored: &Stored) -> FileInfo {
 
 /// Stat + xattrs of an open file.
 pub fn info_of(fd: BorrowedFd<'_>, xs: &XattrSupport) -> Result<(Stat, FileInfo), FsError> {
-    let st = sys::fstat(fd).map_err(|e| FsError::from_io("stat", e))?;
-    let stored = read_stored(fd, xs);
+    let (st, stored, _) = stat_and_stored(fd, xs)?;
     Ok((st, file_info(&st, &stored)))
+}
+
+/// The stat and stored values of an open file, with the time the values were read at
+/// (taken before reading them: see [`super::known_stored::KnownStored::remember`]).
+pub fn stat_and_stored(
+    fd: BorrowedFd<'_>,
+    xs: &XattrSupport,
+) -> Result<(Stat, Stored, (i64, u32)), FsError> {
+    let st = sys::fstat(fd).map_err(|e| FsError::from_io("stat", e))?;
+    let read_at = sys::unix_now();
+    Ok((st, read_stored(fd, xs), read_at))
 }
 
 /// Whether the kernel has `listxattrat`/`getxattrat` (cleared on the first ENOSYS).

@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime};
 
 use quarry_smb::vfs::names::split_path;
 use quarry_smb::vfs::{
@@ -22,9 +22,10 @@ use super::attrs;
 use super::descriptor;
 use super::dir::PosixDirCursor;
 use super::direct::{DirectIo, DIRECT_MIN};
+use super::known_stored::KnownStored;
 use super::resolve;
 use super::shared_reads;
-use super::sys;
+use super::sys::{self, unix_now};
 use super::write_time::{Fix, UnixTime, WriteTimeState};
 use super::{InodeShared, ShareInner};
 
@@ -50,6 +51,8 @@ pub struct PosixFile {
     allocation_hint: AtomicU64,
     /// Large reads' and writes' `O_DIRECT` descriptors (posix_fs::direct).
     direct: DirectIo,
+    /// The stored attributes as last read, while the file's ctime proves them current.
+    stored: KnownStored,
 }
 
 /// Allocation unit that allocation sizes are rounded up to.
@@ -81,17 +84,6 @@ const SAME_TIME_NS: i128 = 15_000_000;
 fn same_time(mtime: UnixTime, now: UnixTime) -> bool {
     let ns = |t: UnixTime| i128::from(t.0) * 1_000_000_000 + i128::from(t.1);
     (0..=SAME_TIME_NS).contains(&(ns(now) - ns(mtime)))
-}
-
-/// The current time, as mtime holds it.
-fn unix_now() -> UnixTime {
-    let d = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    (
-        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        d.subsec_nanos(),
-    )
 }
 
 /// Sets mtime of `fd` to `target`; a failure only costs the timestamp.
@@ -163,7 +155,14 @@ impl PosixFile {
             write_time: Mutex::new(WriteTimeState::default()),
             allocation_hint: AtomicU64::new(0),
             direct: DirectIo::default(),
+            stored: KnownStored::default(),
         }
+    }
+
+    /// Remembers the stored attributes the open read at `read_at`, after `st` (see
+    /// [`KnownStored::remember`]), so that later queries need not read them again.
+    pub(crate) fn remember_stored(&self, st: &sys::Stat, stored: attrs::Stored, read_at: UnixTime) {
+        self.stored.remember(st, stored, read_at);
     }
 
     /// Current metadata.
@@ -175,8 +174,20 @@ impl PosixFile {
 
     /// The stat and stored attributes as reported, with no write-time step first.
     fn stat_info(&self) -> Result<FileInfo, FsError> {
-        let info = attrs::info_of(self.file.as_fd(), &self.share.xattrs)?.1;
-        Ok(self.opened_info(info))
+        let st = self.stat()?;
+        Ok(self.info_from(&st))
+    }
+
+    /// The file as reported, from `st` (a fresh stat) and its stored attributes: those
+    /// remembered while `st`'s ctime proves them current, else read (and remembered).
+    fn info_from(&self, st: &sys::Stat) -> FileInfo {
+        let stored = self.stored.get(st).unwrap_or_else(|| {
+            let read_at = unix_now();
+            let stored = attrs::read_stored(self.file.as_fd(), &self.share.xattrs);
+            self.stored.remember(st, stored, read_at);
+            stored
+        });
+        self.opened_info(attrs::file_info(st, &stored))
     }
 
     /// `read` (this file's [`attrs::info_of`], read while opening it) as
@@ -233,11 +244,27 @@ impl PosixFile {
     }
 
     fn write_time_step_as(&self, kind: Step, step: impl FnOnce(&mut WriteTimeState) -> Fix) {
+        self.write_time_step_with(kind, None, step);
+    }
+
+    /// [`PosixFile::write_time_step_as`] with `st`, when the caller has just read the
+    /// file's stat (so [`PosixFile::plan`] need not read it again).
+    fn write_time_step_with(
+        &self,
+        kind: Step,
+        st: Option<&sys::Stat>,
+        step: impl FnOnce(&mut WriteTimeState) -> Fix,
+    ) {
         if self.is_dir {
             return;
         }
         let fix = step(&mut self.write_time.lock().unwrap_or_else(|p| p.into_inner()));
-        let next = self.plan(kind, fix);
+        self.show(kind, fix, st);
+    }
+
+    /// Shows what [`PosixFile::plan`] makes of a step's verdict.
+    fn show(&self, kind: Step, fix: Fix, st: Option<&sys::Stat>) {
+        let next = self.plan(kind, fix, st);
         if next != self.shared.shown.get() {
             self.shared.shown.set(next);
         }
@@ -255,8 +282,9 @@ impl PosixFile {
     ///   change before it), mtime itself shows it; otherwise the current time is shown.
     ///
     /// Nothing here writes mtime: a time still shown when the file's last open ends is
-    /// written then (`Drop for PosixFile`).
-    fn plan(&self, kind: Step, fix: Fix) -> Option<UnixTime> {
+    /// written then (`Drop for PosixFile`). `st` is a stat of the file the caller has just
+    /// read, if any; the kernel's mtime is read only when needed and not given.
+    fn plan(&self, kind: Step, fix: Fix, st: Option<&sys::Stat>) -> Option<UnixTime> {
         let shown = self.shared.shown.get();
         match (kind, fix) {
             (Step::Write, Fix::Keep) => None,
@@ -264,10 +292,12 @@ impl PosixFile {
             (Step::Other, Fix::Keep) => shown,
             (_, Fix::Now) => {
                 let now = unix_now();
-                match self.stat() {
-                    Ok(st) if shown.is_none_or(|s| st.mtime > s) && same_time(st.mtime, now) => {
-                        None
-                    }
+                let mtime = match st {
+                    Some(st) => Some(st.mtime),
+                    None => self.stat().ok().map(|st| st.mtime),
+                };
+                match mtime {
+                    Some(m) if shown.is_none_or(|s| m > s) && same_time(m, now) => None,
                     _ => Some(now),
                 }
             }
@@ -384,6 +414,20 @@ impl PosixFile {
         buf: &mut [u8],
         read: impl Fn(&mut [u8], u64) -> std::io::Result<usize>,
     ) -> Result<usize, FsError> {
+        self.read_until_end(offset, buf, false, read)
+    }
+
+    /// [`PosixFile::read_fully`]; with `cache_only`, `read` reads only what the page cache
+    /// holds (`RWF_NOWAIT`). The cache holds whole pages, so such a read stops short inside
+    /// a page only at the end of the file: the call that would return 0 to say so is not
+    /// made (for a small file read whole, one of its two reads).
+    fn read_until_end(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        cache_only: bool,
+        read: impl Fn(&mut [u8], u64) -> std::io::Result<usize>,
+    ) -> Result<usize, FsError> {
         if self.is_dir {
             return Err(FsError::IsDirectory);
         }
@@ -397,7 +441,13 @@ impl PosixFile {
             };
             match read(rest, offset + done as u64) {
                 Ok(0) => break,
-                Ok(n) => done += n,
+                Ok(n) => {
+                    done += n;
+                    let end = offset + done as u64;
+                    if cache_only && done < buf.len() && !end.is_multiple_of(sys::page_size()) {
+                        break;
+                    }
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(FsError::from_io("read", e)),
             }
@@ -472,16 +522,18 @@ impl FsFile for PosixFile {
             return Err(FsError::WouldBlock);
         }
         let fd = self.file.as_fd();
-        self.read_fully(offset, buf, |rest, at| sys::pread_nowait(fd, rest, at))
-            .map_err(|e| match e {
-                // Not all in the page cache (EAGAIN), or no non-blocking reads on this file
-                // system (EOPNOTSUPP, tmpfs).
-                FsError::NotSupported(_) => FsError::WouldBlock,
-                FsError::Io { source, .. } if source.raw_os_error() == Some(libc::EAGAIN) => {
-                    FsError::WouldBlock
-                }
-                other => other,
-            })
+        self.read_until_end(offset, buf, true, |rest, at| {
+            sys::pread_nowait(fd, rest, at)
+        })
+        .map_err(|e| match e {
+            // Not all in the page cache (EAGAIN), or no non-blocking reads on this file
+            // system (EOPNOTSUPP, tmpfs).
+            FsError::NotSupported(_) => FsError::WouldBlock,
+            FsError::Io { source, .. } if source.raw_os_error() == Some(libc::EAGAIN) => {
+                FsError::WouldBlock
+            }
+            other => other,
+        })
     }
 
     fn read_shared(
@@ -619,6 +671,8 @@ impl FsFile for PosixFile {
             return Err(FsError::AccessDenied("read-only share".into()));
         }
         let fd = self.file.as_fd();
+        // The stored values change below: the next query reads them.
+        self.stored.forget();
         if let Some(a) = change.attributes {
             // MS-FSA 2.1.5.14.2.
             if self.is_dir && a & attr::TEMPORARY != 0 {
@@ -902,6 +956,7 @@ impl FsFile for PosixFile {
             return Err(FsError::AccessDenied("read-only share".into()));
         }
         let fd = self.file.as_fd();
+        self.stored.forget();
         let stored = attrs::read_stored(fd, &self.share.xattrs);
         let current = stored
             .attributes
@@ -967,6 +1022,21 @@ impl FsFile for PosixFile {
     fn close_cached(&self) -> Result<(), FsError> {
         // A close changes only memory (the shown write time; see `shown_time`).
         self.close()
+    }
+
+    fn close_and_info(&self) -> Result<FileInfo, FsError> {
+        // One stat serves the close's write-time step, the query's and the answer: the
+        // close writes nothing to the file, so the file it answers about is the one read.
+        let st = self.stat()?;
+        let epoch = self.epoch();
+        self.write_time_step_with(Step::Other, Some(&st), |w| w.on_close(epoch));
+        self.write_time_step_with(Step::Other, Some(&st), |w| w.on_query(Instant::now()));
+        Ok(self.info_from(&st))
+    }
+
+    fn close_and_info_cached(&self) -> Result<FileInfo, FsError> {
+        // As `close_cached`: memory only.
+        self.close_and_info()
     }
 
     fn allocated_ranges(
@@ -1066,10 +1136,7 @@ impl Drop for PosixFile {
                 .get_mut()
                 .unwrap_or_else(|p| p.into_inner())
                 .on_close(epoch);
-            let next = self.plan(Step::Other, fix);
-            if next != self.shared.shown.get() {
-                self.shared.shown.set(next);
-            }
+            self.show(Step::Other, fix, None);
         }
         let Some(target) = self.shared.shown.closed() else {
             return;

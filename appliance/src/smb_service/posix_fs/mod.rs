@@ -12,6 +12,8 @@
 //! - [`write_time`]: delayed write-time updates per open (pure state machine).
 //! - [`shown_time`]: the write time a file shows instead of mtime while an update is
 //!   pending, kept in memory so that writes and most closes set no times.
+//! - [`known_stored`]: an open's memo of its file's stored attributes, reused while the
+//!   file's ctime proves them current, so that queries and closes read no xattrs.
 //!
 //! Invariants: every path the client names is validated by `quarry_smb::vfs::names` and then
 //! opened with `RESOLVE_BENEATH` from the root descriptor, so nothing outside the share is
@@ -25,6 +27,7 @@ pub mod direct;
 pub mod ea;
 pub mod fanotify;
 pub mod file;
+pub mod known_stored;
 pub mod outside;
 pub mod resolve;
 pub mod shared_reads;
@@ -262,7 +265,8 @@ impl PosixShareFs {
             Err(FsError::IsDirectory) => open(libc::O_RDONLY | libc::O_DIRECTORY)?,
             other => other?,
         };
-        let (st, info) = attrs::info_of(fd.as_fd(), &self.inner.xattrs)?;
+        let (st, stored, read_at) = attrs::stat_and_stored(fd.as_fd(), &self.inner.xattrs)?;
+        let info = attrs::file_info(&st, &stored);
         if !st.is_dir() && !st.is_file() {
             return Err(FsError::UnsupportedType);
         }
@@ -327,6 +331,7 @@ impl PosixShareFs {
             want_write && !st.is_dir(),
             write_through,
         );
+        file.remember_stored(&st, stored, read_at);
         let action = match req.disposition {
             Supersede => CreateAction::Superseded,
             Overwrite | OverwriteIf => CreateAction::Overwritten,

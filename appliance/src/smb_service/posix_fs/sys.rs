@@ -203,8 +203,19 @@ pub fn openat(
     }
 }
 
+/// The current time as file times hold it (seconds, nanoseconds since the Unix epoch).
+pub fn unix_now() -> (i64, u32) {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (
+        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        d.subsec_nanos(),
+    )
+}
+
 /// Metadata from `statx` (the fields the share reports).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Stat {
     /// File type and permission bits.
     pub mode: u32,

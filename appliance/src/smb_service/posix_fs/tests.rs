@@ -980,6 +980,59 @@ fn forward_slashes_separate_components() {
     );
 }
 
+/// An open keeps the stored attributes it read while the file's ctime proves them
+/// current (`known_stored`): a change by another open or by a process outside the server
+/// must show at the next query and in the close's answer all the same.
+#[test]
+fn stored_attributes_changed_by_another_open_or_outside_show_at_once() {
+    use std::os::fd::AsFd;
+    let fx = fixture();
+    drop(
+        fx.fs
+            .create(&CreateRequest {
+                attributes: attr::HIDDEN,
+                ..req("m", D::Create)
+            })
+            .unwrap(),
+    );
+    // Settle the file's ctime, so that the reader's open keeps what it reads.
+    std::thread::sleep(super::known_stored::SETTLED + std::time::Duration::from_millis(100));
+    let reader = fx
+        .fs
+        .create(&CreateRequest {
+            write: false,
+            ..req("m", D::Open)
+        })
+        .unwrap();
+    assert_eq!(reader.info.attributes, attr::HIDDEN | attr::ARCHIVE);
+    assert_eq!(
+        reader.file.info().unwrap().attributes,
+        attr::HIDDEN | attr::ARCHIVE
+    );
+
+    let setter = open(&fx, "m", D::Open).unwrap();
+    setter
+        .file
+        .set_basic_info(&BasicInfoChange {
+            attributes: Some(attr::SYSTEM),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(reader.file.info().unwrap().attributes, attr::SYSTEM);
+
+    let outside = fs::File::open(fx.root.join("m")).unwrap();
+    super::sys::fsetxattr(
+        outside.as_fd(),
+        c"user.quarry.dosattrib",
+        &attr::READONLY.to_le_bytes(),
+    )
+    .unwrap();
+    assert_eq!(
+        reader.file.close_and_info().unwrap().attributes,
+        attr::READONLY
+    );
+}
+
 #[test]
 fn without_xattrs_attributes_fall_back_to_defaults() {
     let fx = fixture();
@@ -1831,6 +1884,9 @@ fn cached_reads_come_from_the_page_cache_or_not_at_all() {
     assert_eq!(o.file.read_cached(0, &mut buf).unwrap(), data.len());
     assert_eq!(&buf[..data.len()], &data[..]);
     assert_eq!(o.file.read_cached(data.len() as u64, &mut buf).unwrap(), 0);
+    // From inside a page to the end, which lies inside a page too.
+    assert_eq!(o.file.read_cached(100, &mut buf).unwrap(), data.len() - 100);
+    assert_eq!(&buf[..data.len() - 100], &data[100..]);
     // Evicted: the cached read answers only what it can get without waiting. The kernel's
     // non-blocking read starts readahead before it refuses, and on a fast device that
     // readahead can finish before the read looks again (seen in CI, and on this kind of

@@ -900,13 +900,10 @@ pub async fn close(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CloseRequest) 
     let postquery = req.flags & CLOSE_FLAG_POSTQUERY_ATTRIB != 0 && !open.delete_on_close;
     let post = match open.file.clone() {
         // The close's own write-time stamp shows in the attributes it returns.
-        Some(f) => super::cached_first(true, move |cached| {
-            close_with(&*f, cached)?;
-            match (postquery, cached) {
-                (false, _) => Ok(None),
-                (true, true) => f.info_cached().map(Some),
-                (true, false) => f.info().map(Some),
-            }
+        Some(f) => super::cached_first(true, move |cached| match (postquery, cached) {
+            (false, _) => close_with(&*f, cached).map(|()| None),
+            (true, true) => f.close_and_info_cached().map(Some),
+            (true, false) => f.close_and_info().map(Some),
         })
         .await
         .ok()
