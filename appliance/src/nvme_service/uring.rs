@@ -53,10 +53,33 @@ pub struct UringExecutor {
     wake: File,
     blocking: tokio::runtime::Handle,
     completed: Arc<AtomicU64>,
-    /// The shared ring's operations on fixed buffers, and whether it registered any
-    /// (tests: NVMe/RDMA's I/O runs on this ring).
-    #[cfg_attr(not(test), allow(dead_code))]
-    fixed: (Arc<AtomicU64>, bool),
+    /// The shared ring's use of fixed buffers (tests: NVMe/RDMA's I/O runs on this ring).
+    #[cfg(test)]
+    fixed: FixedUse,
+}
+
+/// A ring's use of fixed buffers: whether it registered any, and how many operations ran
+/// on them. Tests only: it tells which path the I/O took.
+#[cfg(test)]
+#[derive(Debug, Clone)]
+pub(super) struct FixedUse {
+    ops: Arc<AtomicU64>,
+    registered: bool,
+}
+
+#[cfg(test)]
+impl FixedUse {
+    /// Asserts that `expected` operations ran on fixed buffers. Root has no memlock limit,
+    /// so there the ring must have registered them; elsewhere registration may fail, and
+    /// then no operation ran on them.
+    pub(super) fn assert_ran(&self, expected: u64) {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            assert!(self.registered, "as root the ring registers fixed buffers");
+        }
+        let want = if self.registered { expected } else { 0 };
+        assert_eq!(self.ops.load(Ordering::Relaxed), want);
+    }
 }
 
 impl UringExecutor {
@@ -73,7 +96,8 @@ impl UringExecutor {
         let fallback = blocking.clone();
         let completed = Arc::new(AtomicU64::new(0));
         let ring = Ring::new(ring, 1, completed.clone());
-        let fixed = (ring.fixed_ops.clone(), ring.registered.is_some());
+        #[cfg(test)]
+        let fixed = ring.fixed_use();
         std::thread::Builder::new()
             .name("quarry-uring".into())
             .spawn(move || RingThread::new(ring, owned, rx, fallback).run())?;
@@ -82,6 +106,7 @@ impl UringExecutor {
             wake,
             blocking,
             completed,
+            #[cfg(test)]
             fixed,
         })
     }
@@ -262,8 +287,8 @@ pub(super) struct Ring<T> {
     /// Arena chunks registered as this ring's fixed buffers (chunk `n` is buffer `n`);
     /// `None` when the ring has no fixed buffers (registration failed).
     registered: Option<usize>,
-    /// Operations run on fixed buffers; shared with the executor of the shared ring, so
-    /// tests can tell which path NVMe/RDMA's I/O took.
+    /// Operations run on fixed buffers (tests: [`FixedUse`]).
+    #[cfg(test)]
     fixed_ops: Arc<AtomicU64>,
 }
 
@@ -285,20 +310,18 @@ impl<T> Ring<T> {
             reserved,
             completed,
             registered,
+            #[cfg(test)]
             fixed_ops: Arc::new(AtomicU64::new(0)),
         }
     }
 
-    /// Whether this ring runs I/O on registered (fixed) buffers.
+    /// This ring's use of fixed buffers.
     #[cfg(test)]
-    pub(super) fn has_fixed_buffers(&self) -> bool {
-        self.registered.is_some()
-    }
-
-    /// Operations run on fixed buffers so far.
-    #[cfg(test)]
-    pub(super) fn fixed_ops(&self) -> u64 {
-        self.fixed_ops.load(Ordering::Relaxed)
+    pub(super) fn fixed_use(&self) -> FixedUse {
+        FixedUse {
+            ops: self.fixed_ops.clone(),
+            registered: self.registered.is_some(),
+        }
     }
 
     /// Whether arena chunk `chunk` is one of this ring's fixed buffers, registering the
@@ -409,6 +432,7 @@ impl<T> Ring<T> {
             self.backlog.push_front(op);
             return;
         }
+        #[cfg(test)]
         if fixed.is_some() {
             self.fixed_ops.fetch_add(1, Ordering::Relaxed);
         }
@@ -664,13 +688,7 @@ mod tests {
         assert_eq!(exec.ring_completions(), 2);
         // Both buffers came from the arena, which the shared ring registered (root has no
         // memlock limit): both ran on fixed buffers, as NVMe/RDMA's I/O does.
-        let (fixed_ops, has_fixed) = (&exec.fixed.0, exec.fixed.1);
-        if unsafe { libc::geteuid() } == 0 {
-            assert!(has_fixed);
-        }
-        if has_fixed {
-            assert_eq!(fixed_ops.load(Ordering::Relaxed), 2);
-        }
+        exec.fixed.assert_ran(2);
         // Unaligned I/O takes the ring's buffered descriptor and stays coherent with
         // the direct one; a flush takes the blocking pool.
         let w = BlockOp::Write {

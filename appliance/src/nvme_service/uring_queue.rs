@@ -341,13 +341,7 @@ mod tests {
         assert_eq!(&check, b"queue ring");
         // Every buffer came from the arena, which the ring registered (root has no
         // memlock limit): all four reads and writes ran on fixed buffers.
-        let ring = q.ring.as_ref().unwrap();
-        if unsafe { libc::geteuid() } == 0 {
-            assert!(ring.has_fixed_buffers());
-        }
-        if ring.has_fixed_buffers() {
-            assert_eq!(ring.fixed_ops(), 4);
-        }
+        q.ring.as_ref().unwrap().fixed_use().assert_ran(4);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
