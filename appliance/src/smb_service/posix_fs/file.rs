@@ -26,7 +26,7 @@ use super::known_stored::KnownStored;
 use super::resolve;
 use super::shared_reads;
 use super::sys::{self, unix_now};
-use super::write_time::{Fix, UnixTime, WriteTimeState};
+use super::write_time::{unix_nanos, Fix, UnixTime, WriteTimeState};
 use super::{InodeShared, ShareInner};
 
 /// Largest end-of-file accepted (the `off_t` range).
@@ -82,8 +82,7 @@ const SAME_TIME_NS: i128 = 15_000_000;
 /// Whether the kernel's mtime `mtime` is the time `now` to a client (at most
 /// [`SAME_TIME_NS`] before it).
 fn same_time(mtime: UnixTime, now: UnixTime) -> bool {
-    let ns = |t: UnixTime| i128::from(t.0) * 1_000_000_000 + i128::from(t.1);
-    (0..=SAME_TIME_NS).contains(&(ns(now) - ns(mtime)))
+    (0..=SAME_TIME_NS).contains(&(unix_nanos(now) - unix_nanos(mtime)))
 }
 
 /// Sets mtime of `fd` to `target`; a failure only costs the timestamp.

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::attrs::Stored;
 use super::sys::Stat;
-use super::write_time::UnixTime;
+use super::write_time::{unix_nanos, UnixTime};
 
 /// How much older than the read a ctime must be for the values read to be kept: above
 /// every Linux file system's timestamp granularity (one second for ext4 with small inodes;
@@ -34,8 +34,7 @@ struct Known {
 
 /// Whether `ctime` is older than `read_at` by at least [`SETTLED`].
 fn settled(ctime: UnixTime, read_at: UnixTime) -> bool {
-    let ns = |t: UnixTime| i128::from(t.0) * 1_000_000_000 + i128::from(t.1);
-    ns(read_at) - ns(ctime) >= SETTLED.as_nanos() as i128
+    unix_nanos(read_at) - unix_nanos(ctime) >= SETTLED.as_nanos() as i128
 }
 
 impl KnownStored {

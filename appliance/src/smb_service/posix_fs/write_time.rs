@@ -20,6 +20,11 @@ pub const WRITE_TIME_DELAY: Duration = Duration::from_secs(2);
 /// A Unix time (seconds, nanoseconds): what mtime is set to.
 pub type UnixTime = (i64, u32);
 
+/// `t` in nanoseconds since the epoch, for comparing and subtracting times.
+pub fn unix_nanos(t: UnixTime) -> i128 {
+    i128::from(t.0) * 1_000_000_000 + i128::from(t.1)
+}
+
 /// What the caller must do to the file's mtime after an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fix {
