@@ -453,8 +453,10 @@ pub trait FsFile: Send + Sync {
         self.info()
     }
     /// [`FsFile::close_and_info`] when neither part waits for the device, or
-    /// [`FsError::WouldBlock`] with nothing done. The default makes the two cached calls,
-    /// so it never tries unless both can.
+    /// [`FsError::WouldBlock`]. The default makes the two cached calls; when the query
+    /// then cannot answer from memory, the close has already run, and the server's
+    /// uncached retry closes again, which must change nothing (a close ends a deferred
+    /// update once).
     fn close_and_info_cached(&self) -> Result<FileInfo, FsError> {
         self.close_cached()?;
         self.info_cached()
