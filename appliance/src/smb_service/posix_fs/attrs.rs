@@ -235,7 +235,8 @@ pub fn file_info(st: &Stat, stored: &Stored) -> FileInfo {
 
 /// Stat + xattrs of an open file.
 pub fn info_of(fd: BorrowedFd<'_>, xs: &XattrSupport) -> Result<(Stat, FileInfo), FsError> {
-    let (st, stored, _) = stat_and_stored(fd, xs)?;
+    let st = sys::fstat(fd).map_err(|e| FsError::from_io("stat", e))?;
+    let stored = read_stored(fd, xs);
     Ok((st, file_info(&st, &stored)))
 }
 

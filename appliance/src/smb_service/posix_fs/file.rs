@@ -263,10 +263,7 @@ impl PosixFile {
 
     /// Shows what [`PosixFile::plan`] makes of a step's verdict.
     fn show(&self, kind: Step, fix: Fix, st: Option<&sys::Stat>) {
-        let next = self.plan(kind, fix, st);
-        if next != self.shared.shown.get() {
-            self.shared.shown.set(next);
-        }
+        self.shared.shown.set(self.plan(kind, fix, st));
     }
 
     /// The shown write time ([`super::shown_time::ShownWriteTime`]) after a step's

@@ -70,6 +70,16 @@ fn open(fx: &Fixture, path: &str, disposition: D) -> Result<Opened, u32> {
         .map_err(|e| e.nt_status())
 }
 
+/// Opens the existing `path` for reading only (the way a reader's open asks).
+fn open_to_read(fx: &Fixture, path: &str) -> Opened {
+    fx.fs
+        .create(&CreateRequest {
+            write: false,
+            ..req(path, D::Open)
+        })
+        .unwrap()
+}
+
 fn mkdir(fx: &Fixture, path: &str) -> Opened {
     fx.fs
         .create(&CreateRequest {
@@ -448,13 +458,7 @@ fn a_new_file_or_directory_is_described_as_a_later_reading_describes_it() {
                 ..req(&name, D::Create)
             })
             .unwrap();
-        let reread = fx
-            .fs
-            .create(&CreateRequest {
-                write: false,
-                ..req(&name, D::Open)
-            })
-            .unwrap();
+        let reread = open_to_read(&fx, &name);
         assert_eq!(o.info, reread.info, "attributes {attributes:#x}");
         assert_eq!(o.info, o.file.info().unwrap(), "attributes {attributes:#x}");
     }
@@ -485,13 +489,7 @@ fn attributes_and_times_persist_in_xattrs() {
         })
         .unwrap();
     drop(o);
-    let again = fx
-        .fs
-        .create(&CreateRequest {
-            write: false,
-            ..req("h", D::Open)
-        })
-        .unwrap();
+    let again = open_to_read(&fx, "h");
     assert_eq!(again.info.creation_time, ct);
     assert_eq!(again.info.last_write_time, wt);
     assert_eq!(again.info.attributes, attr::READONLY);
@@ -500,17 +498,7 @@ fn attributes_and_times_persist_in_xattrs() {
     // The id is the inode: stable across opens and renames.
     let id = again.info.file_id;
     again.file.rename("h2", false).unwrap();
-    assert_eq!(
-        fx.fs
-            .create(&CreateRequest {
-                write: false,
-                ..req("H2", D::Open)
-            })
-            .unwrap()
-            .info
-            .file_id,
-        id
-    );
+    assert_eq!(open_to_read(&fx, "H2").info.file_id, id);
 }
 
 #[test]
@@ -755,13 +743,7 @@ fn read_only_share_refuses_changes() {
     fs::write(fx.root.join("f"), b"data").unwrap();
     assert_eq!(open(&fx, "new", D::Create).unwrap_err(), nt::ACCESS_DENIED);
     assert_eq!(open(&fx, "f", D::Open).unwrap_err(), nt::ACCESS_DENIED);
-    let o = fx
-        .fs
-        .create(&CreateRequest {
-            write: false,
-            ..req("f", D::Open)
-        })
-        .unwrap();
+    let o = open_to_read(&fx, "f");
     let mut buf = [0u8; 8];
     assert_eq!(o.file.read_at(0, &mut buf).unwrap(), 4);
     assert_eq!(
@@ -792,13 +774,7 @@ fn read_write_flush_round_trip() {
     assert_eq!(o.file.read_at(0, &mut back).unwrap(), payload.len());
     assert_eq!(&back[..payload.len()], &payload[..]);
     assert_eq!(o.file.read_at(1 << 40, &mut back).unwrap(), 0);
-    let ro = fx
-        .fs
-        .create(&CreateRequest {
-            write: false,
-            ..req("data.bin", D::Open)
-        })
-        .unwrap();
+    let ro = open_to_read(&fx, "data.bin");
     assert_eq!(
         ro.file.write_at(0, b"x", false).unwrap_err().nt_status(),
         nt::ACCESS_DENIED
@@ -997,13 +973,7 @@ fn stored_attributes_changed_by_another_open_or_outside_show_at_once() {
     );
     // Settle the file's ctime, so that the reader's open keeps what it reads.
     std::thread::sleep(super::known_stored::SETTLED + std::time::Duration::from_millis(100));
-    let reader = fx
-        .fs
-        .create(&CreateRequest {
-            write: false,
-            ..req("m", D::Open)
-        })
-        .unwrap();
+    let reader = open_to_read(&fx, "m");
     assert_eq!(reader.info.attributes, attr::HIDDEN | attr::ARCHIVE);
     assert_eq!(
         reader.file.info().unwrap().attributes,
