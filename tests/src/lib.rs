@@ -62,6 +62,27 @@ pub mod procstat {
     }
 }
 
+/// What file system holds `dir` and on which device, for a benchmark's table: a figure
+/// measured on ext4 without a journal and one on the appliance's btrfs pool are not the
+/// same figure. From `findmnt --target` (util-linux); "unknown" if it cannot say.
+pub fn fs_description(dir: &Path) -> String {
+    let out = Command::new("findmnt")
+        .args(["-n", "-o", "FSTYPE,SOURCE,OPTIONS", "--target"])
+        .arg(dir)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            let mut f = text.split_whitespace();
+            match (f.next(), f.next(), f.next()) {
+                (Some(fs), Some(dev), Some(opts)) => format!("{fs} on {dev} ({opts})"),
+                _ => "unknown".into(),
+            }
+        }
+        _ => "unknown".into(),
+    }
+}
+
 /// Path of the `quarry` binary under test: `$QUARRY_BIN`, else the one next to this test
 /// executable's `deps/` directory (built first with `cargo build -p quarry` if missing).
 pub fn quarry_bin() -> anyhow::Result<PathBuf> {

@@ -397,8 +397,9 @@ async fn main() -> anyhow::Result<()> {
     let lbas = size / 4096;
     let pid = p.pid();
     println!(
-        "NVMe/TCP bench: quarry {} vs fio on its backing file, {} MiB volume, {} s per run, raw output in {}",
+        "NVMe/TCP bench: quarry {} vs fio on its backing file (on {}), {} MiB volume, {} s per run, raw output in {}",
         quarry_tests::quarry_bin()?.display(),
+        quarry_tests::fs_description(&backing),
         a.size_mib,
         a.seconds,
         a.out.display()
@@ -436,7 +437,10 @@ async fn main() -> anyhow::Result<()> {
             .map_or(f64::NAN, |(_, mbps)| *mbps)
     };
 
-    let mut table = String::new();
+    let mut table = format!(
+        "Backing file on {}\n",
+        quarry_tests::fs_description(&backing)
+    );
     table.push_str(&format!(
         "{:<22} {:>10} {:>9} {:>8} {:>8} {:>10} {:>9} {:>8} {:>8} {:>7} {:>7} {:>12}\n",
         "workload",

@@ -667,6 +667,13 @@ fn main() -> anyhow::Result<()> {
 
     // Loopback TCP with one stream, and with as many streams as the fan-out opens
     // sessions (its ceiling); measured again after the workloads (below).
+    let share_fs = quarry_tests::fs_description(&quarry.share_dir);
+    let samba_fs = quarry_tests::fs_description(&samba.share_dir);
+    ensure!(
+        share_fs == samba_fs,
+        "the two shares are on different file systems ({share_fs} and {samba_fs}): their figures would not compare"
+    );
+    println!("Both shares are on {share_fs}");
     let tcp_one = Ceiling::before(1, &out)?;
     let tcp_fanout = Ceiling::before(a.fanout, &out)?;
     let (fio_w, fio_r) = fio_ceiling(&quarry.share_dir, 1024, &out)?;
@@ -733,7 +740,7 @@ fn main() -> anyhow::Result<()> {
 
     let (tcp_one, tcp) = (tcp_one.settle(&out)?, tcp_fanout.settle(&out)?);
     let ceilings = format!(
-        "Ceilings measured in this run: loopback TCP (iperf3, {IPERF_SECS} s, the higher of before and after the workloads) {tcp_one:.0} MB/s with one stream, {tcp:.0} MB/s with {} streams (the fan-out's ceiling); the share's file system with fio O_DIRECT 1 MiB: write {fio_w:.0} MB/s, read {fio_r:.0} MB/s\n",
+        "Ceilings measured in this run: loopback TCP (iperf3, {IPERF_SECS} s, the higher of before and after the workloads) {tcp_one:.0} MB/s with one stream, {tcp:.0} MB/s with {} streams (the fan-out's ceiling); the share's file system ({share_fs}) with fio O_DIRECT 1 MiB: write {fio_w:.0} MB/s, read {fio_r:.0} MB/s\n",
         a.fanout
     );
     let mut rows = Vec::new();
