@@ -24,14 +24,6 @@
 //!
 //! File systems without `O_DIRECT` (tmpfs) refuse the second descriptor or the transfer
 //! with `EINVAL`; those fall back to buffered I/O and the descriptor is not tried again.
-//!
-//! btrfs from Linux 6.14 takes an `O_DIRECT` write to a file with data checksums (every
-//! file not marked NOCOW) and does it as a buffered write, then waits for that range's
-//! writeback and drops its cached pages: the copy stays, the writeback's checksumming
-//! and submission move into the writer's call, and the call waits for the device. Such
-//! files take plain buffered writes instead ([`direct_writes_emulated`]); on the bench's
-//! btrfs this made large writes faster at less CPU (tests/bench/RESULTS.md). Reads are
-//! not affected: btrfs still reads such files direct.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -50,14 +42,6 @@ const ALIGN: usize = 4096;
 const CHUNK: usize = 8 << 20;
 /// Bounce buffers kept for reuse; more concurrent writers allocate and drop their own.
 const POOL_MAX: usize = 8;
-
-/// The first Linux release whose btrfs turns direct writes to checksummed files into
-/// buffered ones (btrfs-progs' documentation of data checksums: "since v6.14").
-const BTRFS_BUFFERS_DIRECT_WRITES_FROM: (u32, u32) = (6, 14);
-/// `BTRFS_SUPER_MAGIC` of `<linux/magic.h>`.
-const BTRFS_MAGIC: i64 = 0x9123_683e;
-/// `FS_NOCOW_FL` of `<linux/fs.h>`: btrfs keeps no data checksums for such a file.
-const FS_NOCOW_FL: libc::c_long = 0x0080_0000;
 
 /// Idle bounce buffers: a process-wide pool bounded at [`POOL_MAX`] buffers of
 /// [`CHUNK`] + [`ALIGN`] bytes.
@@ -152,13 +136,9 @@ impl DirectIo {
 
 /// The `O_DIRECT` descriptor of `file`'s inode kept in `slot` (for reading or writing),
 /// opened through `/proc/self/fd` on first use (the same inode even after a rename or a
-/// pending delete). None for writes the kernel would not do direct anyway.
+/// pending delete).
 fn descriptor<'a>(slot: &'a OnceLock<Option<File>>, file: &File, read: bool) -> Option<&'a File> {
     slot.get_or_init(|| {
-        if !read && direct_writes_emulated(file) {
-            tracing::debug!("btrfs buffers direct writes to checksummed files here; buffered");
-            return None;
-        }
         let path = format!("/proc/self/fd/{}", file.as_raw_fd());
         match OpenOptions::new()
             .read(read)
@@ -174,32 +154,6 @@ fn descriptor<'a>(slot: &'a OnceLock<Option<File>>, file: &File, read: bool) -> 
         }
     })
     .as_ref()
-}
-
-/// Whether an `O_DIRECT` write to `file` would be a buffered write that then waits for
-/// its own writeback: on btrfs from Linux 6.14, unless the file is NOCOW (no data
-/// checksums). Any doubt (an unknown release, a failed call) keeps direct writes, as
-/// before this rule.
-fn direct_writes_emulated(file: &File) -> bool {
-    use std::os::fd::AsFd;
-    static KERNEL_BUFFERS_THEM: OnceLock<bool> = OnceLock::new();
-    let kernel = *KERNEL_BUFFERS_THEM.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .ok()
-            .and_then(|r| release(&r))
-            .is_some_and(|r| r >= BTRFS_BUFFERS_DIRECT_WRITES_FROM)
-    });
-    kernel
-        && super::sys::fs_magic(file.as_fd()).is_ok_and(|m| m == BTRFS_MAGIC)
-        && super::sys::inode_flags(file.as_fd()).is_ok_and(|f| f & FS_NOCOW_FL == 0)
-}
-
-/// The major and minor numbers of a Linux release string (`6.18.44-fc-v669` -> (6, 18)).
-fn release(text: &str) -> Option<(u32, u32)> {
-    let mut parts = text.trim().split(|c: char| !c.is_ascii_digit());
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor))
 }
 
 /// Writes `piece` (a multiple of [`ALIGN`] bytes, at most [`CHUNK`]) at the aligned
@@ -255,19 +209,6 @@ mod tests {
     /// Unaligned and aligned large writes, over and past the end, read back exactly what a
     /// plain buffered file would hold (on the test machine's /tmp the middle goes direct;
     /// on a file system without O_DIRECT the same test covers the fallback).
-    #[test]
-    fn kernel_releases_are_read_as_major_and_minor() {
-        assert_eq!(release("6.18.44-fc-v669\n"), Some((6, 18)));
-        assert_eq!(release("6.1.0-28-amd64"), Some((6, 1)));
-        assert_eq!(release("6.14"), Some((6, 14)));
-        assert!(release("6.13.9").is_some_and(|r| r < BTRFS_BUFFERS_DIRECT_WRITES_FROM));
-        assert!(release("6.14.0").is_some_and(|r| r >= BTRFS_BUFFERS_DIRECT_WRITES_FROM));
-        assert!(release("7.0.1").is_some_and(|r| r >= BTRFS_BUFFERS_DIRECT_WRITES_FROM));
-        assert_eq!(release("6"), None);
-        assert_eq!(release("linux"), None);
-        assert_eq!(release(""), None);
-    }
-
     #[test]
     fn large_writes_read_back_like_buffered_ones() -> io::Result<()> {
         let dir = tempfile::tempdir()?;

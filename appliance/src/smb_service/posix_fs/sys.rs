@@ -587,22 +587,6 @@ pub fn fstatvfs(fd: BorrowedFd<'_>) -> io::Result<FsStat> {
     })
 }
 
-/// The file system type of `fd`'s file (`statfs.f_type`, a `*_SUPER_MAGIC` value).
-pub fn fs_magic(fd: BorrowedFd<'_>) -> io::Result<i64> {
-    // SAFETY: zeroed statfs is a valid out-parameter; the fd is open.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    cvt(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) })?;
-    Ok(st.f_type as i64)
-}
-
-/// The inode flags of `fd`'s file (`FS_IOC_GETFLAGS`: `FS_NOCOW_FL` and the like).
-pub fn inode_flags(fd: BorrowedFd<'_>) -> io::Result<libc::c_long> {
-    let mut flags: libc::c_long = 0;
-    // SAFETY: FS_IOC_GETFLAGS writes at most one long into `flags`; the fd is open.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) })?;
-    Ok(flags)
-}
-
 /// One raw directory entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawEntry {
