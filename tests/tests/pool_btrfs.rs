@@ -1,7 +1,8 @@
 //! The managed btrfs pool against the real `quarry` binary over loop devices on sparse
 //! 1 GiB files: create a raid10 pool through the API, fill a quota-limited share over SMB
 //! to NT_STATUS_DISK_FULL, repair a corrupted block with a scrub, detect a failed device,
-//! replace it, and import the pool again after a restart.
+//! replace it, and import the pool again after a restart. A directory pool in a folder
+//! of a btrfs disk makes its volume files NOCOW as the managed pool does.
 //!
 //! Needs root (loop devices, mounts). Run as another user, each test prints why it is
 //! skipped and returns. Loop devices and mounts are released by a guard even on failure.
@@ -914,5 +915,38 @@ fn btrfs_missing_device_at_import_mounts_degraded_and_is_replaced() {
             .all(|l| l.contains("RAID1")),
         "{df}"
     );
+    drop(q);
+}
+
+/// A directory pool (no managed pool) in a folder of a btrfs disk: its volume files are
+/// NOCOW like a managed pool's, so NVMe writes go direct and do not fragment the file.
+#[test]
+fn btrfs_directory_pool_makes_volumes_nocow() {
+    if !is_root() {
+        eprintln!("SKIPPED: the btrfs pool test needs root for loop devices and mounts");
+        return;
+    }
+    let mut loops = Loops::new(1);
+    let mnt = loops.dir.path().join("disk");
+    std::fs::create_dir(&mnt).expect("mount point");
+    sh("mkfs.btrfs", &["-q", "-f", &loops.devs[0]]);
+    sh("mount", &[&loops.devs[0], &mnt.to_string_lossy()]);
+    loops.mount = Some(mnt.clone());
+    let data = mnt.join("data");
+    let q = QuarryProcess::start_in(&data).expect("quarry starts");
+    let api = q.admin().expect("admin");
+    api.create(
+        "/api/v1/volumes",
+        &json!({"name": "dirvol", "size_bytes": 64 * MIB}),
+    )
+    .expect("volume");
+    let vols: Vec<PathBuf> = std::fs::read_dir(data.join("pool/volumes"))
+        .expect("volumes directory")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(vols.len(), 1, "{vols:?}");
+    let attrs = sh("lsattr", &[&vols[0].to_string_lossy()]);
+    let flags = attrs.split_whitespace().next().unwrap_or_default();
+    assert!(flags.contains('C'), "volume file not NOCOW: {attrs}");
     drop(q);
 }

@@ -372,6 +372,21 @@ pub fn is_btrfs_mountpoint(mountinfo: &str, mountpoint: &Path) -> bool {
 /// `FS_NOCOW_FL` of `<linux/fs.h>`.
 const FS_NOCOW_FL: libc::c_long = 0x0080_0000;
 
+/// Whether `file` lives on a btrfs file system, managed pool or not (a directory pool in a
+/// folder of a btrfs disk is one too): `fstatfs`'s type. False if it cannot tell.
+pub fn is_on_btrfs(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    /// `BTRFS_SUPER_MAGIC` of `<linux/magic.h>`.
+    const BTRFS_MAGIC: i64 = 0x9123_683e;
+    // SAFETY: zeroed statfs is a valid out-parameter; the fd is open.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes one statfs into `st`.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    st.f_type as i64 == BTRFS_MAGIC
+}
+
 /// Sets the no-copy-on-write attribute on an empty file (btrfs only honours it before the
 /// file has data): volumes are rewritten in place, so COW would fragment them.
 pub fn set_nocow(file: &std::fs::File) -> std::io::Result<()> {

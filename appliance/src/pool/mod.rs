@@ -274,7 +274,11 @@ impl DirectoryPool {
             .join(format!("{}.vol", key(volume)))
     }
 
-    /// Creates a volume's sparse backing file of `size` bytes; fails if it exists.
+    /// Creates a volume's sparse backing file of `size` bytes; fails if it exists. On btrfs
+    /// (a managed pool, or a directory pool on a btrfs disk) the file is NOCOW: volumes are
+    /// rewritten in place, COW would fragment them, and from Linux 6.14 btrfs turns a
+    /// direct write to a file with data checksums into a buffered one that waits for its
+    /// writeback (tests/bench/nvme.md).
     pub fn create_volume(&self, volume: &str, size: u64) -> io::Result<()> {
         // On failure nothing is left behind, so a retry with another size can succeed.
         let path = self.volume_path(volume);
@@ -282,7 +286,7 @@ impl DirectoryPool {
             .write(true)
             .create_new(true)
             .open(&path)?;
-        let nocow = if self.is_btrfs() {
+        let nocow = if self.is_btrfs() || btrfs::is_on_btrfs(&file) {
             btrfs::set_nocow(&file)
         } else {
             Ok(())
