@@ -640,10 +640,8 @@ fn main() -> anyhow::Result<()> {
 
     let q = QuarryProcess::start()?;
     let api = q.admin()?;
-    let (s, b) = api.post("/api/v1/users", &json!({"name": USER, "password": PASS}))?;
-    ensure!(s == 201, "user: {s} {b}");
-    let (s, b) = api.post("/api/v1/shares", &json!({"name": SHARE, "users": [USER]}))?;
-    ensure!(s == 201, "share: {s} {b}");
+    api.create("/api/v1/users", &json!({"name": USER, "password": PASS}))?;
+    api.create("/api/v1/shares", &json!({"name": SHARE, "users": [USER]}))?;
     let qpid = q.pid().context("quarry pid")?;
     let quarry = Server {
         name: "quarry",

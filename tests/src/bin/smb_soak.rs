@@ -18,7 +18,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context};
+use anyhow::{bail, Context};
+use clap::Parser;
 use quarry_tests::smb_workloads::{self as wl, Target};
 use quarry_tests::QuarryProcess;
 use serde_json::json;
@@ -30,43 +31,25 @@ const SHARE: &str = "soak";
 const DIRS: usize = 100;
 const WORKERS: usize = 8;
 
+/// The soak's shape and limits.
+#[derive(clap::Parser)]
+#[command(about = "Loops the small-file phases against one Quarry, each under a deadline")]
 struct Args {
+    /// Rounds of the three phases.
+    #[arg(long, default_value_t = 1000)]
     iterations: usize,
-    files: usize,
-    deadline: Duration,
-    hold: Duration,
+    /// Small files written once and then listed, read and stat'ed each round.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(DIRS as u64..))]
+    files: u64,
+    /// Seconds a phase (its clients' logons included) may take before it counts as stalled.
+    #[arg(long, default_value_t = 30)]
+    deadline_secs: u64,
+    /// Seconds Quarry and the stalled clients are kept up for inspection after a stall.
+    #[arg(long, default_value_t = 3600)]
+    hold_secs: u64,
+    /// Encrypt every message (otherwise signed).
+    #[arg(long)]
     encrypt: bool,
-}
-
-const HELP: &str = "smb_soak [--iterations 1000] [--files 2000] [--deadline-secs 30] \
-[--hold-secs 3600] [--encrypt]";
-
-fn args() -> anyhow::Result<Args> {
-    let mut a = Args {
-        iterations: 1000,
-        files: 2000,
-        deadline: Duration::from_secs(30),
-        hold: Duration::from_secs(3600),
-        encrypt: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--iterations" => a.iterations = value()?.parse()?,
-            "--files" => a.files = value()?.parse()?,
-            "--deadline-secs" => a.deadline = Duration::from_secs(value()?.parse()?),
-            "--hold-secs" => a.hold = Duration::from_secs(value()?.parse()?),
-            "--encrypt" => a.encrypt = true,
-            "-h" | "--help" => {
-                println!("{HELP}");
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument {other}\n{HELP}"),
-        }
-    }
-    ensure!(a.files >= DIRS, "--files must be at least {DIRS}");
-    Ok(a)
 }
 
 /// The phases looped, by name.
@@ -105,13 +88,16 @@ fn report_stall(q: &QuarryProcess) {
 }
 
 fn main() -> anyhow::Result<()> {
-    let a = args()?;
+    let a = Args::parse();
+    let files = usize::try_from(a.files)?;
+    let (deadline, hold) = (
+        Duration::from_secs(a.deadline_secs),
+        Duration::from_secs(a.hold_secs),
+    );
     let q = QuarryProcess::start()?;
     let api = q.admin()?;
-    let (s, b) = api.post("/api/v1/users", &json!({"name": USER, "password": PASS}))?;
-    ensure!(s == 201, "user: {s} {b}");
-    let (s, b) = api.post("/api/v1/shares", &json!({"name": SHARE, "users": [USER]}))?;
-    ensure!(s == 201, "share: {s} {b}");
+    api.create("/api/v1/users", &json!({"name": USER, "password": PASS}))?;
+    api.create("/api/v1/shares", &json!({"name": SHARE, "users": [USER]}))?;
     let t = Target {
         port: q.smb.port(),
         share: SHARE.into(),
@@ -128,14 +114,14 @@ fn main() -> anyhow::Result<()> {
         q.pid().map_or_else(|| "?".into(), |p| p.to_string()),
         t.port,
         q.log.display(),
-        a.files,
+        files,
         a.iterations,
         PHASES,
-        a.deadline.as_secs(),
+        deadline.as_secs(),
         if a.encrypt { "encrypted" } else { "signed" }
     );
     rt.block_on(async {
-        tokio::time::timeout(a.deadline * 10, wl::small_write(&t, a.files, DIRS, WORKERS)).await
+        tokio::time::timeout(deadline * 10, wl::small_write(&t, files, DIRS, WORKERS)).await
     })
     .context("writing the files took too long")??;
 
@@ -144,9 +130,8 @@ fn main() -> anyhow::Result<()> {
     for i in 0..a.iterations {
         for (p, phase) in PHASES.iter().enumerate() {
             let began = Instant::now();
-            let deadline = a.deadline;
             let outcome = rt.block_on(async {
-                let work = run_phase(&t, phase, a.files);
+                let work = run_phase(&t, phase, files);
                 tokio::pin!(work);
                 tokio::select! {
                     done = &mut work => Some(done),
@@ -158,8 +143,8 @@ fn main() -> anyhow::Result<()> {
                             start.elapsed().as_secs_f64()
                         );
                         report_stall(&q);
-                        println!("Quarry stays up for {} s for inspection.", a.hold.as_secs());
-                        tokio::time::sleep(a.hold).await;
+                        println!("Quarry stays up for {} s for inspection.", hold.as_secs());
+                        tokio::time::sleep(hold).await;
                         None
                     }
                 }
