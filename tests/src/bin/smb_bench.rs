@@ -663,8 +663,6 @@ fn main() -> anyhow::Result<()> {
             .with_context(|| format!("preparing {}'s data sets", s.name))?;
     }
 
-    // Loopback TCP with one stream, and with as many streams as the fan-out opens
-    // sessions (its ceiling); measured again after the workloads (below).
     let share_fs = quarry_tests::fs_description(&quarry.share_dir);
     let samba_fs = quarry_tests::fs_description(&samba.share_dir);
     ensure!(
@@ -672,6 +670,9 @@ fn main() -> anyhow::Result<()> {
         "the two shares are on different file systems ({share_fs} and {samba_fs}): their figures would not compare"
     );
     println!("Both shares are on {share_fs}");
+
+    // Loopback TCP with one stream, and with as many streams as the fan-out opens
+    // sessions (its ceiling); measured again after the workloads (below).
     let tcp_one = Ceiling::before(1, &out)?;
     let tcp_fanout = Ceiling::before(a.fanout, &out)?;
     let (fio_w, fio_r) = fio_ceiling(&quarry.share_dir, 1024, &out)?;
