@@ -73,7 +73,7 @@ fn report_stall(q: &QuarryProcess) {
             "-tnpi",
             "state",
             "established",
-            &format!("( sport = :{port} )"),
+            &format!("( sport = :{port} or dport = :{port} )"),
         ])
         .output()
     {
