@@ -23,9 +23,14 @@ const PASS: &str = "pooluser-secret-1";
 /// Repeated at the start of every 4 KiB block of the file the scrub test corrupts.
 const MARKER: &[u8; 16] = b"QUARRY-SCRUB-MK1";
 
-fn is_root() -> bool {
+/// True (and says so) when the test cannot run: it needs root for loop devices and mounts.
+fn skipped_without_root() -> bool {
     // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    let root = unsafe { libc::geteuid() == 0 };
+    if !root {
+        eprintln!("SKIPPED: the btrfs pool test needs root for loop devices and mounts");
+    }
+    !root
 }
 
 fn sh(cmd: &str, args: &[&str]) -> String {
@@ -197,8 +202,7 @@ fn drop_caches() {
 
 #[test]
 fn btrfs_raid10_pool_quota_scrub_failure_replace_restart() {
-    if !is_root() {
-        eprintln!("SKIPPED: the btrfs pool test needs root for loop devices and mounts");
+    if skipped_without_root() {
         return;
     }
     let mut loops = Loops::new(5);
@@ -440,8 +444,7 @@ fn tree_sums(dir: &Path) -> std::collections::BTreeMap<String, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<()> {
     use quarry_tests::nvme_initiator::{check, pattern, Controller, Options};
-    if !is_root() {
-        eprintln!("SKIPPED: the btrfs pool test needs root for loop devices and mounts");
+    if skipped_without_root() {
         return Ok(());
     }
     let mut loops = Loops::new(2);
@@ -714,8 +717,7 @@ async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<
 
 #[test]
 fn btrfs_scheduled_snapshots_keep_their_retention_and_scrubs_run() {
-    if !is_root() {
-        eprintln!("SKIPPED: the btrfs pool test needs root for loop devices and mounts");
+    if skipped_without_root() {
         return;
     }
     let mut loops = Loops::new(1);
@@ -837,8 +839,7 @@ fn btrfs_scheduled_snapshots_keep_their_retention_and_scrubs_run() {
 
 #[test]
 fn btrfs_missing_device_at_import_mounts_degraded_and_is_replaced() {
-    if !is_root() {
-        eprintln!("SKIPPED: the btrfs pool test needs root for loop devices and mounts");
+    if skipped_without_root() {
         return;
     }
     let mut loops = Loops::new(3);
@@ -922,8 +923,7 @@ fn btrfs_missing_device_at_import_mounts_degraded_and_is_replaced() {
 /// NOCOW like a managed pool's, so NVMe writes go direct and do not fragment the file.
 #[test]
 fn btrfs_directory_pool_makes_volumes_nocow() {
-    if !is_root() {
-        eprintln!("SKIPPED: the btrfs pool test needs root for loop devices and mounts");
+    if skipped_without_root() {
         return;
     }
     let mut loops = Loops::new(1);

@@ -376,15 +376,14 @@ const FS_NOCOW_FL: libc::c_long = 0x0080_0000;
 /// folder of a btrfs disk is one too): `fstatfs`'s type. False if it cannot tell.
 pub fn is_on_btrfs(file: &std::fs::File) -> bool {
     use std::os::fd::AsRawFd;
-    /// `BTRFS_SUPER_MAGIC` of `<linux/magic.h>` (32 bits, whatever the width of `f_type`).
-    const BTRFS_MAGIC: u32 = 0x9123_683e;
     // SAFETY: zeroed statfs is a valid out-parameter; the fd is open.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatfs writes one statfs into `st`.
     if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
         return false;
     }
-    st.f_type as u32 == BTRFS_MAGIC
+    // The magic is 32 bits, whatever the width of `f_type` and of libc's constant.
+    st.f_type as u32 == libc::BTRFS_SUPER_MAGIC as u32
 }
 
 /// Sets the no-copy-on-write attribute on an empty file (btrfs only honours it before the

@@ -396,10 +396,10 @@ async fn main() -> anyhow::Result<()> {
         .collect();
     let lbas = size / 4096;
     let pid = p.pid();
+    let backing_fs = quarry_tests::fs_description(&backing);
     println!(
-        "NVMe/TCP bench: quarry {} vs fio on its backing file (on {}), {} MiB volume, {} s per run, raw output in {}",
+        "NVMe/TCP bench: quarry {} vs fio on its backing file (on {backing_fs}), {} MiB volume, {} s per run, raw output in {}",
         quarry_tests::quarry_bin()?.display(),
-        quarry_tests::fs_description(&backing),
         a.size_mib,
         a.seconds,
         a.out.display()
@@ -437,10 +437,7 @@ async fn main() -> anyhow::Result<()> {
             .map_or(f64::NAN, |(_, mbps)| *mbps)
     };
 
-    let mut table = format!(
-        "Backing file on {}\n",
-        quarry_tests::fs_description(&backing)
-    );
+    let mut table = format!("Backing file on {backing_fs}\n");
     table.push_str(&format!(
         "{:<22} {:>10} {:>9} {:>8} {:>8} {:>10} {:>9} {:>8} {:>8} {:>7} {:>7} {:>12}\n",
         "workload",
