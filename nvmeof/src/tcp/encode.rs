@@ -140,15 +140,29 @@ pub fn encode_term_req(out: &mut Vec<u8>, host: bool, fes: u16, fei: u32, offend
 
 /// CapsuleCmd with optional in-capsule data (host side).
 pub fn encode_capsule_cmd(out: &mut Vec<u8>, sqe: &Sqe, data: &[u8], digests: Digests, cpda: u8) {
-    encode_pdu(
+    let digested = encode_capsule_cmd_head(out, sqe, data.len(), digests, cpda);
+    append_data(out, data, digested);
+}
+
+/// What [`encode_capsule_cmd`] writes before `data_len` bytes of in-capsule data, for a
+/// host that sends the data from its own buffer (no copy into the PDU): the caller sends
+/// this, then the data, then (when this returns true) its [`data_digest`].
+pub fn encode_capsule_cmd_head(
+    out: &mut Vec<u8>,
+    sqe: &Sqe,
+    data_len: usize,
+    digests: Digests,
+    cpda: u8,
+) -> bool {
+    encode_pdu_head(
         out,
         PduType::CapsuleCmd,
         0,
         sqe.as_bytes(),
-        data,
+        data_len,
         digests,
         cpda,
-    );
+    )
 }
 
 /// CapsuleResp (controller side).
@@ -233,9 +247,27 @@ pub fn encode_h2c_data(
     digests: Digests,
     cpda: u8,
 ) {
+    let digested = encode_h2c_data_head(out, cccid, ttag, datao, data.len(), last, digests, cpda);
+    append_data(out, data, digested);
+}
+
+/// What [`encode_h2c_data`] writes before the data, for a host that sends the data from
+/// its own buffer: the caller sends this, then the `data_len` bytes, then (when this
+/// returns true) their [`data_digest`].
+#[allow(clippy::too_many_arguments)]
+pub fn encode_h2c_data_head(
+    out: &mut Vec<u8>,
+    cccid: u16,
+    ttag: u16,
+    datao: u32,
+    data_len: usize,
+    last: bool,
+    digests: Digests,
+    cpda: u8,
+) -> bool {
     let flags = if last { FLAG_LAST_PDU } else { 0 };
-    let s = data_specific(cccid, ttag, datao, data.len());
-    encode_pdu(out, PduType::H2cData, flags, &s, data, digests, cpda);
+    let s = data_specific(cccid, ttag, datao, data_len);
+    encode_pdu_head(out, PduType::H2cData, flags, &s, data_len, digests, cpda)
 }
 
 /// R2T (controller side).

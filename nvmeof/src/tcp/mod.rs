@@ -16,8 +16,9 @@ pub use decode::{
 };
 pub use digest::{crc32c_digest, Digests};
 pub use encode::{
-    data_digest, encode_c2h_data, encode_c2h_data_head, encode_capsule_cmd, encode_capsule_resp,
-    encode_h2c_data, encode_icreq, encode_icresp, encode_r2t, encode_term_req,
+    data_digest, encode_c2h_data, encode_c2h_data_head, encode_capsule_cmd,
+    encode_capsule_cmd_head, encode_capsule_resp, encode_h2c_data, encode_h2c_data_head,
+    encode_icreq, encode_icresp, encode_r2t, encode_term_req,
 };
 pub use header::{
     CapsuleCmd, CapsuleResp, CommonHeader, DataPdu, IcReq, IcResp, Pdu, PduType, R2t, TermReq,

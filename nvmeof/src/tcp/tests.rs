@@ -351,6 +351,51 @@ fn c2h_data_in_pieces_equals_the_whole_pdu() {
     }
 }
 
+/// A CapsuleCmd and an H2CData sent as head + the data's own buffer + digest are byte
+/// for byte the PDUs `encode_capsule_cmd` and `encode_h2c_data` build, for every digest
+/// setting and controller alignment (the test initiator sends large writes this way).
+#[test]
+fn host_data_pdus_in_pieces_equal_the_whole_pdus() {
+    let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+    let sqe = Sqe::new(crate::spec::io_opc::WRITE, 7);
+    let pieces = |head: &mut Vec<u8>, digested: bool| {
+        head.extend_from_slice(&data);
+        if digested {
+            head.extend_from_slice(&data_digest(&data));
+        }
+        digested
+    };
+    for d in [
+        Digests::NONE,
+        Digests {
+            header: true,
+            data: false,
+        },
+        Digests {
+            header: true,
+            data: true,
+        },
+    ] {
+        for cpda in [0u8, 1, 3, 31] {
+            let mut whole = Vec::new();
+            encode_capsule_cmd(&mut whole, &sqe, &data, d, cpda);
+            let mut head = Vec::new();
+            let digested = encode_capsule_cmd_head(&mut head, &sqe, data.len(), d, cpda);
+            assert_eq!(pieces(&mut head, digested), d.data);
+            assert_eq!(head, whole, "capsule {d:?} cpda {cpda}");
+            for last in [false, true] {
+                let mut whole = Vec::new();
+                encode_h2c_data(&mut whole, 9, 3, 8192, &data, last, d, cpda);
+                let mut head = Vec::new();
+                let digested =
+                    encode_h2c_data_head(&mut head, 9, 3, 8192, data.len(), last, d, cpda);
+                assert_eq!(pieces(&mut head, digested), d.data);
+                assert_eq!(head, whole, "h2c {d:?} cpda {cpda} last {last}");
+            }
+        }
+    }
+}
+
 /// `decode_data_head` on the bytes before the data agrees with `decode` of the whole PDU.
 fn head_agrees_with_decode(pdu: &[u8], dc: &DecodeContext) {
     let full = decode(pdu, dc);
