@@ -245,7 +245,7 @@ async fn workload(
                     (block << 33) | (u64::from(g) << 1) | 1,
                     Command {
                         sqe,
-                        write: Some(pattern(lba, u64::from(g), 4096)),
+                        write: Some(pattern(lba, u64::from(g), 4096).into()),
                         read_len: 0,
                     },
                 ))
@@ -582,7 +582,7 @@ async fn nvme_resize_remove_and_host_revocation_reach_connected_hosts() -> anyho
     let r = c.io[0]
         .exec(Command {
             sqe: tail,
-            write: Some(pattern(1, 1, 4096)),
+            write: Some(pattern(1, 1, 4096).into()),
             read_len: 0,
         })
         .await?;

@@ -98,6 +98,9 @@ struct Figures {
     p50_us: f64,
     p99_us: f64,
     server_cpu_s: Option<f64>,
+    /// CPU seconds of this process over the run: the test initiator, which shares the
+    /// host's cores with the server, so what it spends the server cannot use.
+    client_cpu_s: Option<f64>,
 }
 
 impl Figures {
@@ -195,9 +198,10 @@ async fn run_quarry(
     // Each queue works its own slice, so sequential streams do not overlap.
     let slice = lbas / u64::from(shape.queues);
     let cpu0 = server_pid.and_then(cpu_seconds);
+    let client0 = cpu_seconds(std::process::id());
     let start = Instant::now();
     let deadline = start + Duration::from_secs(secs);
-    let payload = Arc::new(vec![0xa5u8; shape.block as usize]);
+    let payload = bytes::Bytes::from(vec![0xa5u8; shape.block as usize]);
     let mut tasks = Vec::new();
     for (i, q) in queues.iter().take(usize::from(shape.queues)).enumerate() {
         let q = q.clone();
@@ -226,7 +230,7 @@ async fn run_quarry(
                             tag,
                             Command {
                                 sqe: rw_sqe(io_opc::WRITE, 1, lba, nlb, false),
-                                write: Some(payload.to_vec()),
+                                write: Some(payload.clone()),
                                 read_len: 0,
                             },
                         )
@@ -262,6 +266,7 @@ async fn run_quarry(
     }
     let secs = start.elapsed().as_secs_f64();
     let cpu1 = server_pid.and_then(cpu_seconds);
+    let client1 = cpu_seconds(std::process::id());
     lat.sort_unstable();
     Ok(Figures {
         ios: lat.len() as u64,
@@ -269,6 +274,7 @@ async fn run_quarry(
         p50_us: percentile(&lat, 0.50),
         p99_us: percentile(&lat, 0.99),
         server_cpu_s: cpu0.zip(cpu1).map(|(a, b)| b - a),
+        client_cpu_s: client0.zip(client1).map(|(a, b)| b - a),
     })
 }
 
@@ -324,6 +330,7 @@ fn run_fio(file: &Path, shape: Shape, size: u64, secs: u64, out: &Path) -> anyho
         p50_us: pct("50.000000"),
         p99_us: pct("99.000000"),
         server_cpu_s: None,
+        client_cpu_s: None,
     })
 }
 
@@ -439,7 +446,7 @@ async fn main() -> anyhow::Result<()> {
 
     let mut table = format!("Backing file on {backing_fs}\n");
     table.push_str(&format!(
-        "{:<22} {:>10} {:>9} {:>8} {:>8} {:>10} {:>9} {:>8} {:>8} {:>7} {:>7} {:>12}\n",
+        "{:<22} {:>10} {:>9} {:>8} {:>8} {:>10} {:>9} {:>8} {:>8} {:>7} {:>7} {:>12} {:>12}\n",
         "workload",
         "quarry IOPS",
         "MB/s",
@@ -451,15 +458,17 @@ async fn main() -> anyhow::Result<()> {
         "p99 us",
         "ratio",
         "of TCP",
-        "srv CPU us/IO"
+        "srv CPU us/IO",
+        "cli CPU us/IO"
     ));
     for (shape, q, f) in &rows {
-        let cpu_per_io = q
-            .server_cpu_s
-            .map(|s| format!("{:.1}", s * 1e6 / q.ios.max(1) as f64))
-            .unwrap_or_else(|| "n/a".into());
+        let per_io = |cpu_s: Option<f64>| {
+            cpu_s
+                .map(|s| format!("{:.1}", s * 1e6 / q.ios.max(1) as f64))
+                .unwrap_or_else(|| "n/a".into())
+        };
         table.push_str(&format!(
-            "{:<22} {:>10.0} {:>9.1} {:>8.0} {:>8.0} {:>10.0} {:>9.1} {:>8.0} {:>8.0} {:>6.0}% {:>6.0}% {:>12}\n",
+            "{:<22} {:>10.0} {:>9.1} {:>8.0} {:>8.0} {:>10.0} {:>9.1} {:>8.0} {:>8.0} {:>6.0}% {:>6.0}% {:>12} {:>12}\n",
             shape.name,
             q.iops(),
             q.mbps(shape.block),
@@ -471,7 +480,8 @@ async fn main() -> anyhow::Result<()> {
             f.p99_us,
             100.0 * q.iops() / f.iops().max(1e-9),
             100.0 * q.mbps(shape.block) / tcp_for(shape.queues),
-            cpu_per_io
+            per_io(q.server_cpu_s),
+            per_io(q.client_cpu_s)
         ));
     }
     let ceilings: Vec<String> = tcp
@@ -502,7 +512,8 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "ratio = Quarry over NVMe/TCP loopback / fio directly on the backing file (the ceiling).\n\
          of TCP = Quarry's MB/s / iperf3's loopback TCP MB/s with one stream per queue.\n\
-         The initiator runs on the same 2 cores as the server: CPU per I/O is the deciding figure."
+         The initiator runs on the same 2 cores as the server: CPU per I/O is the deciding figure;\n\
+         cli CPU is the initiator's, which the server could not use."
     );
     drop(c);
     p.stop()?;

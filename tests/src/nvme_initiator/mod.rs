@@ -7,6 +7,7 @@ mod queue;
 use std::net::SocketAddr;
 
 use anyhow::{bail, Context};
+use bytes::Bytes;
 use quarry_nvmeof::spec::fabrics::{prop, FCTYPE_PROPERTY_GET, FCTYPE_PROPERTY_SET};
 use quarry_nvmeof::spec::identify::decode_ns_list;
 use quarry_nvmeof::spec::log::{decode_discovery_log, DiscoveryEntry};
@@ -187,7 +188,7 @@ impl Controller {
         self.admin
             .exec(Command {
                 sqe,
-                write,
+                write: write.map(Bytes::from),
                 read_len,
             })
             .await
@@ -293,7 +294,7 @@ impl Controller {
         queue
             .exec(Command {
                 sqe,
-                write: Some(data),
+                write: Some(data.into()),
                 read_len: 0,
             })
             .await

@@ -2,10 +2,12 @@
 //! `quarry-nvmeof` codec, with pipelined commands (in-capsule or R2T writes, C2H reads).
 
 use std::collections::HashMap;
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
+use bytes::{Bytes, BytesMut};
 use quarry_nvmeof::spec::fabrics::{ConnectCmd, ConnectData, FCTYPE_CONNECT};
 use quarry_nvmeof::spec::{admin_opc, Cqe, Sgl, Sqe, SGL_ID_INCAPSULE, SGL_ID_TRANSPORT};
 use quarry_nvmeof::tcp::{self, DecodeContext, Digests, IcReq, Pdu, PFV_1_0};
@@ -15,13 +17,18 @@ use tokio::net::TcpStream;
 /// How long the initiator waits for any single PDU before calling the target hung.
 pub const PDU_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Free space the receive buffer keeps before each read from the socket: room for a
+/// 128 KiB C2HData and its header in one read, so large reads are not split up.
+const RECV_ROOM: usize = 256 * 1024;
+
 /// A command to submit: the SQE (CID is assigned by the queue) and its data.
 #[derive(Debug, Clone)]
 pub struct Command {
     /// The SQE; its CID and SGL are filled in by the queue.
     pub sqe: Sqe,
-    /// Host-to-controller data (writes).
-    pub write: Option<Vec<u8>>,
+    /// Host-to-controller data (writes). Shared, not copied: the queue sends it from
+    /// this buffer, so a benchmark can hand the same payload to every command.
+    pub write: Option<Bytes>,
     /// Bytes of controller-to-host data expected (reads, Identify, logs).
     pub read_len: u32,
 }
@@ -37,14 +44,16 @@ pub struct Completion {
 
 struct Pending {
     tag: u64,
-    write: Option<Vec<u8>>,
+    write: Option<Bytes>,
     read: Vec<u8>,
 }
 
 /// A connected NVMe/TCP queue.
 pub struct Queue {
     stream: TcpStream,
-    buf: Vec<u8>,
+    /// Bytes received and not yet taken as PDUs. Whole PDUs are split off its front
+    /// without copying the bytes behind them.
+    buf: BytesMut,
     digests: Digests,
     /// MAXH2CDATA the target granted.
     pub maxh2cdata: u32,
@@ -67,7 +76,7 @@ impl Queue {
         stream.set_nodelay(true)?;
         let mut q = Queue {
             stream,
-            buf: Vec::new(),
+            buf: BytesMut::with_capacity(RECV_ROOM),
             digests: Digests::NONE,
             maxh2cdata: 0,
             cpda: 0,
@@ -119,23 +128,53 @@ impl Queue {
         self.stream.write_all(b).await.context("sending")
     }
 
+    /// Sends `parts` in order, as one PDU written from the caller's buffers (head, data,
+    /// digest) with as few system calls as the socket allows.
+    async fn send_parts(&mut self, mut parts: &mut [IoSlice<'_>]) -> anyhow::Result<()> {
+        while !parts.is_empty() {
+            let n = self.stream.write_vectored(parts).await.context("sending")?;
+            if n == 0 {
+                bail!("connection closed by target while sending");
+            }
+            IoSlice::advance_slices(&mut parts, n);
+        }
+        Ok(())
+    }
+
+    /// Sends a PDU whose `head` was encoded apart from its `data`, with the data digest
+    /// when `digested` (the head encoders say so).
+    async fn send_pdu(&mut self, head: &[u8], data: &[u8], digested: bool) -> anyhow::Result<()> {
+        let digest = if digested {
+            tcp::data_digest(data)
+        } else {
+            [0; tcp::DIGEST_LEN]
+        };
+        let mut parts = [
+            IoSlice::new(head),
+            IoSlice::new(data),
+            IoSlice::new(if digested { &digest } else { &[] }),
+        ];
+        self.send_parts(&mut parts).await
+    }
+
     /// Reads one whole PDU (raw bytes); errors on EOF or timeout.
-    pub async fn read_frame(&mut self) -> anyhow::Result<Vec<u8>> {
+    pub async fn read_frame(&mut self) -> anyhow::Result<Bytes> {
         loop {
             if let Some(n) = tcp::frame_len(&self.buf, &self.ctx()).map_err(|e| anyhow!("{e}"))? {
                 if self.buf.len() >= n {
-                    let rest = self.buf.split_off(n);
-                    return Ok(std::mem::replace(&mut self.buf, rest));
+                    return Ok(self.buf.split_to(n).freeze());
                 }
+                // The rest of this PDU, and room for the next, in one piece.
+                self.buf.reserve(n - self.buf.len() + RECV_ROOM);
+            } else {
+                self.buf.reserve(RECV_ROOM);
             }
-            let mut chunk = vec![0u8; 256 * 1024];
-            let n = tokio::time::timeout(PDU_TIMEOUT, self.stream.read(&mut chunk))
+            let n = tokio::time::timeout(PDU_TIMEOUT, self.stream.read_buf(&mut self.buf))
                 .await
                 .map_err(|_| anyhow!("no PDU from target in {PDU_TIMEOUT:?}"))??;
             if n == 0 {
                 bail!("connection closed by target");
             }
-            self.buf.extend_from_slice(&chunk[..n]);
         }
     }
 
@@ -175,7 +214,7 @@ impl Queue {
         let r = self
             .exec(Command {
                 sqe,
-                write: Some(data),
+                write: Some(data.into()),
                 read_len: 0,
             })
             .await;
@@ -230,6 +269,8 @@ impl Queue {
         self.next_cid = self.next_cid.wrapping_add(1).max(1);
         cmd.sqe.set_cid(cid);
         let mut b = Vec::new();
+        // In-capsule data is sent from the command's own buffer after the head.
+        let mut incapsule = None;
         match &cmd.write {
             Some(w) if w.len() as u32 <= self.incapsule_limit => {
                 cmd.sqe.set_sgl(Sgl {
@@ -237,8 +278,14 @@ impl Queue {
                     len: w.len() as u32,
                     id: SGL_ID_INCAPSULE,
                 });
-                tcp::encode_capsule_cmd(&mut b, &cmd.sqe, w, self.digests, self.cpda);
-                cmd.write = None;
+                let digested = tcp::encode_capsule_cmd_head(
+                    &mut b,
+                    &cmd.sqe,
+                    w.len(),
+                    self.digests,
+                    self.cpda,
+                );
+                incapsule = cmd.write.take().map(|w| (w, digested));
             }
             Some(w) => {
                 cmd.sqe.set_sgl(Sgl {
@@ -265,7 +312,10 @@ impl Queue {
                 read: Vec::with_capacity(cmd.read_len as usize),
             },
         );
-        self.send_raw(&b).await
+        match incapsule {
+            Some((w, digested)) => self.send_pdu(&b, &w, digested).await,
+            None => self.send_raw(&b).await,
+        }
     }
 
     /// Handles one PDU from the target; returns a completion if it finished a command.
@@ -325,28 +375,30 @@ impl Queue {
                     .ok_or_else(|| anyhow!("R2T for a command without data"))?;
                 let start = r.r2to as usize;
                 let end = start + r.r2tl as usize;
-                let data = w
-                    .get(start..end)
-                    .ok_or_else(|| anyhow!("R2T outside the write: {start}..{end}"))?
-                    .to_vec();
+                if start > end || end > w.len() {
+                    bail!("R2T outside the write: {start}..{end}");
+                }
+                // A shared slice of the command's buffer: sent from there, not copied.
+                let data = w.slice(start..end);
                 let chunk = self.maxh2cdata.max(4096) as usize;
                 let mut b = Vec::new();
                 let mut off = 0;
                 while off < data.len() {
                     let n = chunk.min(data.len() - off);
-                    tcp::encode_h2c_data(
+                    b.clear();
+                    let digested = tcp::encode_h2c_data_head(
                         &mut b,
                         r.cccid,
                         r.ttag,
                         (start + off) as u32,
-                        &data[off..off + n],
+                        n,
                         off + n == data.len(),
                         self.digests,
                         self.cpda,
                     );
+                    self.send_pdu(&b, &data[off..off + n], digested).await?;
                     off += n;
                 }
-                self.send_raw(&b).await?;
                 Ok(None)
             }
             Pdu::C2hTermReq(t) => bail!("target terminated: FES {:#x} FEI {:#x}", t.fes, t.fei),
