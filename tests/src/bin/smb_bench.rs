@@ -56,11 +56,18 @@ struct Args {
     runs: usize,
     modes: Vec<&'static str>,
     out: PathBuf,
+    /// MiB of memory touched and freed just before each measured phase (0: none). A
+    /// diagnostic for virtual machines whose host takes back the guest's free memory
+    /// (virtio-balloon free page reporting): there, the first write to each such page
+    /// traps to the host, and a server that grows the page cache pays for it. Freed just
+    /// before a phase, this memory is backed again for the next few seconds, as all
+    /// memory is on bare metal.
+    prefault_mib: usize,
 }
 
 const HELP: &str = "smb_bench [--ranks 8] [--rank-mib 512] [--train-files 200] [--train-mib 16] \
 [--readers 4] [--fanout 16] [--fanout-mib 2048] [--small-files 20000] [--small-dirs 100] [--workers 8] \
-[--list-entries 100000] [--xcheck-mib 512] [--runs 2] [--only sign|encrypt] [--out DIR]";
+[--list-entries 100000] [--xcheck-mib 512] [--runs 2] [--only sign|encrypt] [--prefault-mib 0] [--out DIR]";
 
 fn args() -> anyhow::Result<Args> {
     let mut a = Args {
@@ -79,6 +86,7 @@ fn args() -> anyhow::Result<Args> {
         runs: 2,
         modes: vec!["sign", "encrypt"],
         out: PathBuf::from("target/bench/smb"),
+        prefault_mib: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -105,6 +113,7 @@ fn args() -> anyhow::Result<Args> {
                 }
             }
             "--out" => a.out = PathBuf::from(value()?),
+            "--prefault-mib" => a.prefault_mib = value()?.parse()?,
             "-h" | "--help" => {
                 println!("{HELP}");
                 std::process::exit(0);
@@ -441,13 +450,24 @@ fn own_cpu_seconds() -> f64 {
     cpu_seconds(std::process::id()).unwrap_or(0.0)
 }
 
+/// Touches `mib` MiB of fresh memory and frees it (see [`Args::prefault_mib`]).
+fn prefault(mib: usize) {
+    if mib > 0 {
+        // A nonzero fill writes every page; dropping the buffer unmaps it.
+        let touched = vec![1u8; mib << 20];
+        std::hint::black_box(&touched);
+    }
+}
+
 /// Measures `run` against `server`, with the server's and the client's CPU.
 fn measure(
+    a: &Args,
     server: &Server,
     workload: usize,
     run: impl FnOnce() -> anyhow::Result<Outcome>,
 ) -> anyhow::Result<Figure> {
     let (name, unit) = WORKLOADS[workload];
+    prefault(a.prefault_mib);
     eprint!("  {} {name}:", server.name);
     let (s0, c0) = ((server.cpu)(), own_cpu_seconds());
     let o = run()?;
@@ -511,13 +531,13 @@ fn run_all(
         eprintln!("warning: sync failed: the run may pay for earlier runs' writeback");
     }
     let mut figs = Vec::new();
-    figs.push(measure(server, 0, || {
+    figs.push(measure(a, server, 0, || {
         rt.block_on(wl::checkpoint_write(&t, a.ranks, a.rank_mib))
     })?);
     if !drop_caches() {
         eprintln!("warning: could not drop the page cache (not root?): checkpoint read is warm");
     }
-    figs.push(measure(server, 1, || {
+    figs.push(measure(a, server, 1, || {
         rt.block_on(wl::checkpoint_read(&t, a.ranks, a.rank_mib))
     })?);
     warm(
@@ -525,35 +545,35 @@ fn run_all(
             .iter()
             .map(|(n, _)| server.share_dir.join(n.replace('\\', "/"))),
     )?;
-    figs.push(measure(server, 2, || {
+    figs.push(measure(a, server, 2, || {
         rt.block_on(wl::training_read(&t, train, a.readers))
     })?);
     warm([server.share_dir.join(WEIGHTS)])?;
-    figs.push(measure(server, 3, || {
+    figs.push(measure(a, server, 3, || {
         rt.block_on(wl::fanout_read(&t, WEIGHTS, a.fanout_mib << 20, a.fanout))
     })?);
     let (files, dirs, workers) = (a.small_files, a.small_dirs, a.workers);
-    figs.push(measure(server, 4, || {
+    figs.push(measure(a, server, 4, || {
         rt.block_on(wl::small_write(&t, files, dirs, workers))
     })?);
-    figs.push(measure(server, 5, || {
+    figs.push(measure(a, server, 5, || {
         rt.block_on(wl::small_list(&t, files, dirs, workers))
     })?);
-    figs.push(measure(server, 6, || {
+    figs.push(measure(a, server, 6, || {
         rt.block_on(wl::small_read(&t, files, dirs, workers))
     })?);
-    figs.push(measure(server, 7, || {
+    figs.push(measure(a, server, 7, || {
         rt.block_on(wl::small_stat(&t, files, dirs, workers))
     })?);
-    figs.push(measure(server, 8, || {
+    figs.push(measure(a, server, 8, || {
         rt.block_on(wl::list_large(&t, "bigdir", a.list_entries))
     })?);
     // The first listing runs after the page cache was dropped (for the cold checkpoint
     // read), so the kernel reads every entry's inode; this one shows the servers' own cost.
-    figs.push(measure(server, 9, || {
+    figs.push(measure(a, server, 9, || {
         rt.block_on(wl::list_large(&t, "bigdir", a.list_entries))
     })?);
-    figs.push(measure(server, 10, || {
+    figs.push(measure(a, server, 10, || {
         let start = Instant::now();
         let cmd = format!(
             "put {} xcheck.bin; get xcheck.bin /dev/null",
@@ -834,11 +854,20 @@ fn main() -> anyhow::Result<()> {
         table.push_str(&r);
         table.push('\n');
     }
+    let prefaulted = if a.prefault_mib > 0 {
+        format!(
+            " Before each measured phase, {} MiB of memory was touched and freed \
+             (--prefault-mib), so the page cache grew into memory the host had backed.",
+            a.prefault_mib
+        )
+    } else {
+        String::new()
+    };
     let notes = format!(
         "CPU is in s/GiB for MB/s rows and in ms per thousand files or entries otherwise. \
          'client-bound': the client used at least as many cores as the server; on this \
          machine the client shares the {threads} cores with the server, so CPU per unit is \
-         the deciding figure there.\n\n{}\n",
+         the deciding figure there.{prefaulted}\n\n{}\n",
         summary.join("\n")
     );
     println!("{ceilings}\n{table}\n{notes}");
