@@ -138,6 +138,10 @@ fn args() -> anyhow::Result<Args> {
         "every count must be at least 1, --rank-mib at least 2, --small-dirs at most 1000 and \
          at most --small-files"
     );
+    ensure!(
+        a.prefault_mib <= 64 << 10,
+        "--prefault-mib is at most 65536 (64 GiB)"
+    );
     Ok(a)
 }
 
