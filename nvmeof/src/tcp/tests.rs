@@ -317,22 +317,22 @@ fn capsule_without_data_has_zero_pdo() {
     }
 }
 
+/// Every digest setting a connection can negotiate: none, header only, both.
+const DIGEST_SETTINGS: [Digests; 3] = [
+    Digests::NONE,
+    Digests {
+        header: true,
+        data: false,
+    },
+    BOTH,
+];
+
 /// A C2HData sent as head + the data's own buffer + digest is byte for byte the PDU
 /// `encode_c2h_data` builds, for every digest setting, host alignment and flag.
 #[test]
 fn c2h_data_in_pieces_equals_the_whole_pdu() {
     let data: Vec<u8> = (0..5000u32).map(|i| (i % 253) as u8).collect();
-    for d in [
-        Digests::NONE,
-        Digests {
-            header: true,
-            data: false,
-        },
-        Digests {
-            header: true,
-            data: true,
-        },
-    ] {
+    for d in DIGEST_SETTINGS {
         for hpda in [0u8, 1, 3, 31] {
             for (last, success) in [(true, false), (true, true), (false, false)] {
                 let mut whole = Vec::new();
@@ -365,17 +365,7 @@ fn host_data_pdus_in_pieces_equal_the_whole_pdus() {
         }
         digested
     };
-    for d in [
-        Digests::NONE,
-        Digests {
-            header: true,
-            data: false,
-        },
-        Digests {
-            header: true,
-            data: true,
-        },
-    ] {
+    for d in DIGEST_SETTINGS {
         for cpda in [0u8, 1, 3, 31] {
             let mut whole = Vec::new();
             encode_capsule_cmd(&mut whole, &sqe, &data, d, cpda);
