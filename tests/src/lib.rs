@@ -43,6 +43,12 @@ pub mod procstat {
         Some((f.get(11)? + f.get(12)?) / tick())
     }
 
+    /// [`cpu_seconds`] of this process: a bench's own client, which shares the host's
+    /// cores with the server it measures.
+    pub fn own_cpu_seconds() -> Option<f64> {
+        cpu_seconds(std::process::id())
+    }
+
     /// CPU seconds of a process tree that forks a child per client (smbd): the parent's own
     /// time, its reaped children's (cutime + cstime), and its live children's.
     pub fn tree_cpu_seconds(pid: u32) -> Option<f64> {

@@ -20,7 +20,7 @@ use anyhow::{bail, ensure, Context};
 use quarry_nvmeof::spec::{admin_opc, io_opc};
 use quarry_tests::loopback::{Ceiling, IPERF_SECS};
 use quarry_tests::nvme_initiator::{rw_sqe, Command, Controller, Options, Queue};
-use quarry_tests::procstat::cpu_seconds;
+use quarry_tests::procstat::{cpu_seconds, own_cpu_seconds};
 use quarry_tests::QuarryProcess;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
@@ -198,7 +198,7 @@ async fn run_quarry(
     // Each queue works its own slice, so sequential streams do not overlap.
     let slice = lbas / u64::from(shape.queues);
     let cpu0 = server_pid.and_then(cpu_seconds);
-    let client0 = cpu_seconds(std::process::id());
+    let client0 = own_cpu_seconds();
     let start = Instant::now();
     let deadline = start + Duration::from_secs(secs);
     let payload = bytes::Bytes::from(vec![0xa5u8; shape.block as usize]);
@@ -266,7 +266,7 @@ async fn run_quarry(
     }
     let secs = start.elapsed().as_secs_f64();
     let cpu1 = server_pid.and_then(cpu_seconds);
-    let client1 = cpu_seconds(std::process::id());
+    let client1 = own_cpu_seconds();
     lat.sort_unstable();
     Ok(Figures {
         ios: lat.len() as u64,

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use quarry_tests::loopback::{Ceiling, IPERF_SECS};
-use quarry_tests::procstat::{cpu_seconds, tree_cpu_seconds};
+use quarry_tests::procstat::{cpu_seconds, own_cpu_seconds, tree_cpu_seconds};
 use quarry_tests::smb_workloads::{self as wl, Outcome, Target};
 use quarry_tests::{free_port, QuarryProcess};
 use serde_json::json;
@@ -449,11 +449,6 @@ fn client_cap(f: &Figure, unit: Unit, cores: usize) -> f64 {
     }
 }
 
-/// CPU seconds this process (the client) has used.
-fn own_cpu_seconds() -> f64 {
-    cpu_seconds(std::process::id()).unwrap_or(0.0)
-}
-
 /// Touches `mib` MiB of fresh memory and frees it (see [`Args::prefault_mib`]).
 fn prefault(mib: usize) {
     if mib > 0 {
@@ -473,12 +468,12 @@ fn measure(
     let (name, unit) = WORKLOADS[workload];
     prefault(a.prefault_mib);
     eprint!("  {} {name}:", server.name);
-    let (s0, c0) = ((server.cpu)(), own_cpu_seconds());
+    let (s0, c0) = ((server.cpu)(), own_cpu_seconds().unwrap_or(0.0));
     let o = run()?;
     eprintln!("    {:.1} s", o.secs);
     // Let smbd reap its per-connection children so their time lands in cutime.
     std::thread::sleep(Duration::from_millis(300));
-    let (s, c) = ((server.cpu)() - s0, own_cpu_seconds() - c0);
+    let (s, c) = ((server.cpu)() - s0, own_cpu_seconds().unwrap_or(0.0) - c0);
     let per = match unit {
         Unit::Bytes => o.bytes as f64 / f64::from(1u32 << 30),
         Unit::Files | Unit::Entries => o.units as f64 / 1000.0,

@@ -144,15 +144,11 @@ impl Queue {
     /// Sends a PDU whose `head` was encoded apart from its `data`, with the data digest
     /// when `digested` (the head encoders say so).
     async fn send_pdu(&mut self, head: &[u8], data: &[u8], digested: bool) -> anyhow::Result<()> {
-        let digest = if digested {
-            tcp::data_digest(data)
-        } else {
-            [0; tcp::DIGEST_LEN]
-        };
+        let digest = digested.then(|| tcp::data_digest(data));
         let mut parts = [
             IoSlice::new(head),
             IoSlice::new(data),
-            IoSlice::new(if digested { &digest } else { &[] }),
+            IoSlice::new(digest.as_ref().map_or(&[][..], |d| &d[..])),
         ];
         self.send_parts(&mut parts).await
     }
@@ -375,7 +371,7 @@ impl Queue {
                     .ok_or_else(|| anyhow!("R2T for a command without data"))?;
                 let start = r.r2to as usize;
                 let end = start + r.r2tl as usize;
-                if start > end || end > w.len() {
+                if end > w.len() {
                     bail!("R2T outside the write: {start}..{end}");
                 }
                 // A shared slice of the command's buffer: sent from there, not copied.
