@@ -1,8 +1,8 @@
 //! The data buffer of a storage operation. Its start is 4 KiB-aligned, so a backend can
 //! hand it to `O_DIRECT` I/O in place: a write's data is copied once, out of the receive
 //! buffer, and a read's data lands where the answer is built from, with no bounce buffer
-//! in between. Built in safe code (leaked `Vec`s carved with `split_at_mut`; no custom
-//! allocator).
+//! in between. Buffers are carved from their chunks in safe code (`split_at_mut`); only
+//! the chunks' memory comes from a mapping of its own (`chunk_map`).
 //!
 //! Buffers of up to `POOLED_MAX` (1 MiB) are recycled through a process-wide pool of
 //! size classes (`IoBufPool`): a fresh buffer per command cost a `malloc`, a `memset`
@@ -13,13 +13,14 @@
 //! pays for zeroing either.
 //!
 //! The pool's buffers are carved from an arena of [`ARENA_CHUNK`]-byte chunks that are
-//! allocated on demand, at most [`ARENA_CHUNKS`] of them, and never freed. Because a chunk
-//! never moves or goes away, a backend may register it with the kernel once (io_uring's
-//! fixed buffers: [`arena_chunks`], [`IoBuf::arena_chunk`]) and then run `O_DIRECT` I/O on
-//! its buffers without the kernel pinning their pages for every operation (7.5% of
-//! Quarry's samples in 128 KiB writes; tests/bench/nvme.md). A chunk, once carved for a
-//! size class, serves that class only. When the arena is full, buffers come from the heap
-//! and are freed when dropped.
+//! mapped on demand, at most [`ARENA_CHUNKS`] of them, and never freed. A chunk of large
+//! buffers is one 2 MiB transparent huge page where the kernel has one to give
+//! (`chunk_map`). Because a chunk never moves or goes away, a backend may register it
+//! with the kernel once (io_uring's fixed buffers: [`arena_chunks`],
+//! [`IoBuf::arena_chunk`]) and then run `O_DIRECT` I/O on its buffers without the kernel
+//! pinning their pages for every operation (7.5% of Quarry's samples in 128 KiB writes;
+//! tests/bench/nvme.md). A chunk, once carved for a size class, serves that class only.
+//! When the arena is full, buffers come from the heap and are freed when dropped.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -38,6 +39,11 @@ const CLASSES: usize = 9;
 const POOLED_MAX: usize = SMALLEST_CLASS << (CLASSES - 1);
 /// Bytes of one arena chunk: two of the largest buffers, 512 of the smallest.
 pub const ARENA_CHUNK: usize = 2 * POOLED_MAX;
+/// Smallest size class whose chunks are put on transparent huge pages (`chunk_map`): a
+/// buffer of 32 or more 4 KiB pages, where one huge page saved about a sixth of the CPU
+/// per 128 KiB NVMe/TCP read. Smaller buffers stay on 4 KiB pages, as 4 KiB I/O gained
+/// nothing from huge ones (tests/bench/nvme.md, "Huge pages for the I/O buffer arena").
+const HUGE_PAGE_CLASS_MIN: usize = 128 << 10;
 /// Most chunks the process's arena holds (128 MiB): the bound on the memory the pool
 /// keeps, and the size of the table a ring registers them in. 256 reads of 128 KiB in
 /// flight at once (8 queues of 32) take 32 MiB.
@@ -104,8 +110,8 @@ impl IoBufPool {
         if let Some(slot) = free.lock().unwrap_or_else(|p| p.into_inner()).pop() {
             return Some(slot);
         }
-        let (index, mut rest) = self.new_chunk()?;
         let len = class_len(class);
+        let (index, mut rest) = self.new_chunk(len >= HUGE_PAGE_CLASS_MIN)?;
         let mut carved = Vec::with_capacity(ARENA_CHUNK / len);
         while rest.len() >= len {
             let (piece, tail) = rest.split_at_mut(len);
@@ -119,18 +125,16 @@ impl IoBufPool {
         mine
     }
 
-    /// A new chunk (its number and memory, [`IO_BUF_ALIGN`]-aligned), unless the arena is
-    /// full. Its pages are only touched when used.
-    fn new_chunk(&self) -> Option<(u16, &'static mut [u8])> {
+    /// A new chunk (its number and memory, aligned to a huge page, on huge pages if
+    /// `huge`), unless the arena is full or the kernel refuses the memory. Its pages are
+    /// only touched when used.
+    fn new_chunk(&self, huge: bool) -> Option<(u16, &'static mut [u8])> {
         let mut chunks = self.chunks.lock().unwrap_or_else(|p| p.into_inner());
         if chunks.len() >= self.max_chunks {
             return None;
         }
         let index = u16::try_from(chunks.len()).ok()?;
-        let whole: &'static mut [u8] = Vec::leak(vec![0u8; ARENA_CHUNK + IO_BUF_ALIGN]);
-        let off = whole.as_ptr().align_offset(IO_BUF_ALIGN).min(IO_BUF_ALIGN);
-        let (_, aligned) = whole.split_at_mut(off);
-        let (mem, _) = aligned.split_at_mut(ARENA_CHUNK);
+        let mem = super::chunk_map::map_chunk(ARENA_CHUNK, huge)?;
         chunks.push((mem.as_ptr() as usize, mem.len()));
         Some((index, mem))
     }

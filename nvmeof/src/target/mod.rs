@@ -2,6 +2,7 @@
 //! and the per-connection queue state machine.
 
 pub mod admin;
+mod chunk_map;
 pub mod config;
 pub mod controller;
 pub mod io;
