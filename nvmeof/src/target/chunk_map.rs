@@ -1,11 +1,12 @@
 //! Memory for the I/O buffer arena's chunks ([`super::iobuf`]): each chunk is an
-//! anonymous mapping of its own, starting on a 2 MiB boundary and advised
-//! `MADV_HUGEPAGE`, so the kernel backs it with transparent huge pages where it can.
+//! anonymous mapping of its own, starting on a 2 MiB boundary. A chunk of large buffers
+//! is advised `MADV_HUGEPAGE`, so the kernel backs it with a transparent huge page where
+//! it can.
 //!
 //! Why: a 128 KiB buffer on 4 KiB pages is 32 pieces of memory to every layer that maps
 //! it (the ring's fixed-buffer table, the block layer's segments, the device's
 //! descriptors); on a huge page it is one. Quarry's CPU per 128 KiB NVMe/TCP read fell by
-//! about a sixth with huge-page chunks (tests/bench/nvme.md, "Huge pages for the I/O
+//! 17-24% with huge-page chunks (tests/bench/nvme.md, "Huge pages for the I/O
 //! buffer arena"). Debian's transparent-huge-page mode is `madvise`, so no page is huge
 //! without the advice. Chunks of small buffers are advised against huge pages: a 4 KiB
 //! buffer has nothing to join, and 4 KiB I/O measured no gain from them.

@@ -40,8 +40,8 @@ const POOLED_MAX: usize = SMALLEST_CLASS << (CLASSES - 1);
 /// Bytes of one arena chunk: two of the largest buffers, 512 of the smallest.
 pub const ARENA_CHUNK: usize = 2 * POOLED_MAX;
 /// Smallest size class whose chunks are put on transparent huge pages (`chunk_map`): a
-/// buffer of 32 or more 4 KiB pages, where one huge page saved about a sixth of the CPU
-/// per 128 KiB NVMe/TCP read. Smaller buffers stay on 4 KiB pages, as 4 KiB I/O gained
+/// buffer of 32 or more 4 KiB pages, where huge pages saved 17-24% of the CPU per
+/// 128 KiB NVMe/TCP read. Smaller buffers stay on 4 KiB pages, as 4 KiB I/O gained
 /// nothing from huge ones (tests/bench/nvme.md, "Huge pages for the I/O buffer arena").
 const HUGE_PAGE_CLASS_MIN: usize = 128 << 10;
 /// Most chunks the process's arena holds (128 MiB): the bound on the memory the pool
