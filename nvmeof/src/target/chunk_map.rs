@@ -12,9 +12,10 @@
 //! buffer has nothing to join, and 4 KiB I/O measured no gain from them.
 //!
 //! Huge pages suit this arena because its chunks are never freed: a huge page that was
-//! given back would be faulted in and cleared again whole on its next use, which is what
-//! kept the SMB buffer pool, whose surplus buffers are freed, on 4 KiB pages
-//! (tests/bench/RESULTS.md, "Transparent huge pages for the pooled buffers").
+//! given back would be faulted in and cleared again whole on its next use. Heap buffers
+//! of the SMB pool advised in place lost more to that than they gained, until they became
+//! mappings of their own (tests/bench/RESULTS.md, "Transparent huge pages for the pooled
+//! buffers" and "Step 25").
 //! Where the kernel has huge pages off, or none free, the chunk is ordinary 4 KiB pages.
 
 use std::ptr::null_mut;

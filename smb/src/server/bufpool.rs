@@ -11,10 +11,16 @@
 //! faulted in, and the message is placed in it so that a WRITE's data sits at an address
 //! aligned as its file offset is
 //! ([`crate::proto::io::write_data_placement`]).
+//!
+//! Buffers of [`HUGE_CLASS_MIN`] and more are mappings of their own on transparent huge
+//! pages ([`super::hugebuf`]), placed so that a large message's data starts a huge page:
+//! its `O_DIRECT` read or write then pins a few huge pages instead of thousands of small
+//! ones.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 
+use super::hugebuf::{HugeBuf, HUGE_PAGE};
 use crate::proto::framing::MAX_FRAME_LEN;
 use crate::proto::transform::TRANSFORM_LEN;
 use crate::proto::HEADER_LEN;
@@ -44,6 +50,67 @@ const fn max(a: usize, b: usize) -> usize {
     }
 }
 
+/// New buffers of this size class and more are on huge pages ([`HugeBuf`]): a smaller
+/// buffer would not fill one.
+pub const HUGE_CLASS_MIN: usize = HUGE_PAGE;
+/// Bytes in front of a huge-page buffer's first huge page: room for a message's headers
+/// (and [`aligned_start`]'s shift), so that data at an aligned file offset starts the
+/// huge page.
+const HUGE_LEAD: usize = DATA_ALIGN;
+
+/// A pooled buffer's memory: the heap for small ones, a mapping on huge pages for large
+/// ones. Either way a plain byte slice to its users.
+#[derive(Debug)]
+pub enum PoolBuf {
+    /// A vector on the heap (any buffer that is not from a huge-page mapping).
+    Heap(Vec<u8>),
+    /// A large buffer on huge pages.
+    Huge(HugeBuf),
+}
+
+impl PoolBuf {
+    /// Whether the pool may keep this buffer: not larger than the largest pooled length,
+    /// and long enough to hold the headers.
+    fn keepable(&self) -> bool {
+        let size = match self {
+            PoolBuf::Heap(v) => v.capacity(),
+            PoolBuf::Huge(h) => h.len().saturating_sub(HUGE_LEAD),
+        };
+        size <= MAX_POOLED_LEN && self.len() >= HEADROOM
+    }
+}
+
+impl Default for PoolBuf {
+    fn default() -> PoolBuf {
+        PoolBuf::Heap(Vec::new())
+    }
+}
+
+impl From<Vec<u8>> for PoolBuf {
+    fn from(v: Vec<u8>) -> PoolBuf {
+        PoolBuf::Heap(v)
+    }
+}
+
+impl Deref for PoolBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            PoolBuf::Heap(v) => v,
+            PoolBuf::Huge(h) => h,
+        }
+    }
+}
+
+impl DerefMut for PoolBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            PoolBuf::Heap(v) => v,
+            PoolBuf::Huge(h) => h,
+        }
+    }
+}
+
 /// Where a message starts in `buf`: at least `front` bytes in, shifted (by less than
 /// [`DATA_ALIGN`]) so that the byte `lead` bytes after the start sits at an address
 /// congruent to `file_offset` modulo [`DATA_ALIGN`]. The buffer needs `DATA_ALIGN - 1`
@@ -58,7 +125,7 @@ fn aligned_start(buf: &[u8], front: usize, lead: usize, file_offset: u64) -> usi
 /// the message is dropped (after the deferred WRITE that holds it has written).
 #[derive(Debug)]
 pub struct Received {
-    buf: Vec<u8>,
+    buf: PoolBuf,
     start: usize,
     end: usize,
     pool: Option<Arc<BufPool>>,
@@ -89,7 +156,7 @@ impl From<Vec<u8>> for Received {
     fn from(buf: Vec<u8>) -> Received {
         let end = buf.len();
         Received {
-            buf,
+            buf: PoolBuf::Heap(buf),
             start: 0,
             end,
             pool: None,
@@ -123,7 +190,7 @@ impl Drop for Received {
 #[derive(Debug)]
 pub struct OutBuf {
     /// The buffer (from the pool, or any `Vec`).
-    pub buf: Vec<u8>,
+    pub buf: PoolBuf,
     /// First byte of the message.
     pub start: usize,
     /// One past its last byte.
@@ -141,7 +208,7 @@ impl OutBuf {
     pub fn from_vec(v: Vec<u8>) -> OutBuf {
         let end = v.len();
         OutBuf {
-            buf: v,
+            buf: PoolBuf::Heap(v),
             start: 0,
             end,
             pooled: false,
@@ -172,21 +239,36 @@ impl OutBuf {
     /// Copies the shared tail behind the bytes in `buf`, so the whole message lies in one
     /// buffer (sealing encrypts it in place).
     pub fn flatten(&mut self) {
-        if let Some(tail) = self.tail.take() {
-            self.buf.truncate(self.end);
-            self.buf.extend_from_slice(&tail);
-            self.end = self.buf.len();
+        let Some(tail) = self.tail.take() else {
+            return;
+        };
+        match &mut self.buf {
+            PoolBuf::Heap(v) => {
+                v.truncate(self.end);
+                v.extend_from_slice(&tail);
+            }
+            PoolBuf::Huge(h) => {
+                // Shared tails follow small heap buffers, so this is not expected; the
+                // message moves to the heap and the huge buffer is let go.
+                let mut v = Vec::with_capacity(self.end + tail.len());
+                v.extend_from_slice(h.get(..self.end).unwrap_or_default());
+                v.extend_from_slice(&tail);
+                self.buf = PoolBuf::Heap(v);
+                self.pooled = false;
+            }
         }
+        self.end = self.buf.len();
     }
 
     /// The message as its own vector (copies unless it already is one).
     pub fn into_vec(mut self) -> Vec<u8> {
         self.flatten();
-        if self.start == 0 {
-            self.buf.truncate(self.end);
-            self.buf
-        } else {
-            self.bytes().to_vec()
+        match &mut self.buf {
+            PoolBuf::Heap(v) if self.start == 0 => {
+                v.truncate(self.end);
+                std::mem::take(v)
+            }
+            _ => self.bytes().to_vec(),
         }
     }
 }
@@ -194,7 +276,7 @@ impl OutBuf {
 /// The server's pool of response buffers.
 #[derive(Debug, Default)]
 pub struct BufPool {
-    free: Mutex<Vec<Vec<u8>>>,
+    free: Mutex<Vec<PoolBuf>>,
 }
 
 impl BufPool {
@@ -202,7 +284,7 @@ impl BufPool {
     /// free one that is long enough, else a new one of `len`'s size class. A free buffer is
     /// never grown: growing reallocates, which copies the old contents and zeroes the rest
     /// (an 8 MiB `memmove` per READ in a profile of mixed-size reads).
-    pub fn take(&self, len: usize) -> Vec<u8> {
+    pub fn take(&self, len: usize) -> PoolBuf {
         let reused = {
             let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
             let fit = free
@@ -213,13 +295,13 @@ impl BufPool {
                 .map(|(i, _)| i);
             fit.map(|i| free.swap_remove(i))
         };
-        reused.unwrap_or_else(|| vec![0; size_class(len)])
+        reused.unwrap_or_else(|| new_buffer(size_class(len)))
     }
 
     /// A buffer for a READ response of `fixed` bytes plus `len` bytes of data read at
     /// `file_offset`, and where the response starts in it: the data sits at an address
     /// aligned as its file offset is (`aligned_start`), with [`HEADROOM`] in front.
-    pub fn take_read(&self, fixed: usize, len: usize, file_offset: u64) -> (Vec<u8>, usize) {
+    pub fn take_read(&self, fixed: usize, len: usize, file_offset: u64) -> (PoolBuf, usize) {
         let buf = self.take(HEADROOM + fixed + len + DATA_ALIGN - 1);
         let start = aligned_start(&buf, HEADROOM, fixed, file_offset);
         (buf, start)
@@ -227,8 +309,8 @@ impl BufPool {
 
     /// Returns a buffer for reuse. Oversized buffers are dropped; when the pool is full, a
     /// longer buffer takes the place of the shortest one (large READs keep finding room).
-    pub fn give(&self, buf: Vec<u8>) {
-        if buf.capacity() > MAX_POOLED_LEN || buf.len() < HEADROOM {
+    pub fn give(&self, buf: PoolBuf) {
+        if !buf.keepable() {
             return;
         }
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
@@ -247,6 +329,21 @@ impl BufPool {
             }
         }
     }
+}
+
+/// A new buffer of `class` bytes (a size class): on huge pages from [`HUGE_CLASS_MIN`] up
+/// to the largest pooled length, with [`HUGE_LEAD`] bytes more in front of its first huge
+/// page; on the heap otherwise, or where the kernel refuses a mapping.
+fn new_buffer(class: usize) -> PoolBuf {
+    if (HUGE_CLASS_MIN..=MAX_POOLED_LEN).contains(&class) {
+        if let Some(h) = class
+            .checked_add(HUGE_LEAD)
+            .and_then(|len| HugeBuf::new(len, HUGE_LEAD))
+        {
+            return PoolBuf::Huge(h);
+        }
+    }
+    PoolBuf::Heap(vec![0; class])
 }
 
 /// Smallest buffer the pool allocates: small READs share one size instead of each new
@@ -295,12 +392,12 @@ mod tests {
         assert!(b.len() >= HEADROOM + 100);
         pool.give(b);
         for _ in 0..MAX_POOLED + 4 {
-            pool.give(vec![0; HEADROOM + 1]);
+            pool.give(vec![0; HEADROOM + 1].into());
         }
         assert_eq!(pool.free.lock().unwrap().len(), MAX_POOLED);
         // Oversized and tiny buffers are not kept.
         let before = pool.free.lock().unwrap().len();
-        pool.give(vec![0; 8]);
+        pool.give(vec![0; 8].into());
         assert_eq!(pool.free.lock().unwrap().len(), before);
     }
 
@@ -310,9 +407,9 @@ mod tests {
         let small = pool.take(HEADROOM + 100);
         assert_eq!(small.len(), MIN_CLASS, "size class of a small read");
         let big = pool.take(MAX_POOLED_LEN);
-        assert_eq!(big.len(), MAX_POOLED_LEN);
+        assert_eq!(big.len(), MAX_POOLED_LEN + HUGE_LEAD);
         let mid = pool.take((1 << 20) + 1);
-        assert_eq!(mid.len(), 2 << 20);
+        assert_eq!(mid.len(), (2 << 20) + HUGE_LEAD);
         let (sp, bp, mp) = (small.as_ptr(), big.as_ptr(), mid.as_ptr());
         pool.give(small);
         pool.give(big);
@@ -326,16 +423,43 @@ mod tests {
         assert_eq!(c.as_ptr(), sp);
         // Nothing free fits: a new buffer, the free ones untouched.
         let d = pool.take(4 << 20);
-        assert_eq!(d.len(), 4 << 20);
+        assert_eq!(d.len(), (4 << 20) + HUGE_LEAD);
+    }
+
+    /// Large buffers are mappings on huge pages, and a full-size READ's or WRITE's data at
+    /// an aligned file offset starts a huge page; smaller buffers stay on the heap.
+    #[test]
+    fn large_messages_put_their_data_on_huge_pages() {
+        let pool = Arc::new(BufPool::default());
+        assert!(matches!(pool.take(HUGE_CLASS_MIN / 2), PoolBuf::Heap(_)));
+        let io = crate::server::MAX_IO_SIZE as usize;
+        let (buf, start) = pool.take_read(16, io, 1 << 30);
+        assert!(matches!(buf, PoolBuf::Huge(_)));
+        let data = buf.as_ptr() as usize + start + 16;
+        assert_eq!(data % HUGE_PAGE, 0, "READ data");
+        if crate::server::hugebuf::tests::huge_pages_on() {
+            let eligible = crate::server::hugebuf::tests::thp_eligible;
+            assert_eq!(eligible(data), Some(true));
+            assert_eq!(eligible(data + io - 1), Some(true));
+        }
+        pool.give(buf);
+        let header_len = HEADER_LEN + 48;
+        let w = Received::pooled(&pool, header_len + io, header_len, 8 << 20);
+        assert_eq!(
+            (w.as_ptr() as usize + header_len) % HUGE_PAGE,
+            0,
+            "WRITE data"
+        );
+        assert_eq!(w.len(), header_len + io);
     }
 
     #[test]
     fn a_full_pool_keeps_the_longer_buffers() {
         let pool = BufPool::default();
         for _ in 0..MAX_POOLED {
-            pool.give(vec![0; MIN_CLASS]);
+            pool.give(vec![0; MIN_CLASS].into());
         }
-        pool.give(vec![0; MAX_POOLED_LEN]);
+        pool.give(vec![0; MAX_POOLED_LEN].into());
         let free = pool.free.lock().unwrap();
         assert_eq!(free.len(), MAX_POOLED);
         assert_eq!(free.iter().filter(|b| b.len() == MAX_POOLED_LEN).count(), 1);
@@ -347,7 +471,7 @@ mod tests {
         assert_eq!(o.bytes(), &[1, 2, 3]);
         assert_eq!(o.into_vec(), vec![1, 2, 3]);
         let o = OutBuf {
-            buf: vec![0, 0, 7, 8, 9],
+            buf: vec![0, 0, 7, 8, 9].into(),
             start: 2,
             end: 4,
             pooled: false,
@@ -361,7 +485,7 @@ mod tests {
     fn a_shared_tail_follows_the_buffer_and_is_copied_only_when_flattened() {
         let tail = Arc::new(vec![4, 5, 6]);
         let mut o = OutBuf {
-            buf: vec![0, 0, 1, 2, 3, 99],
+            buf: vec![0, 0, 1, 2, 3, 99].into(),
             start: 2,
             end: 5,
             pooled: false,

@@ -510,7 +510,7 @@ impl DeferredJob {
             buf.extend_from_slice(body.bytes());
             let end = buf.len();
             OutBuf {
-                buf,
+                buf: buf.into(),
                 start: need,
                 end,
                 pooled: false,

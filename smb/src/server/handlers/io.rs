@@ -141,7 +141,7 @@ async fn read_shared(
     buf[HEADROOM..].copy_from_slice(&read_response_fixed(u32::try_from(n).unwrap_or(u32::MAX)));
     let end = buf.len();
     let out = OutBuf {
-        buf,
+        buf: buf.into(),
         start: HEADROOM,
         end,
         pooled: false,
