@@ -453,6 +453,32 @@ mod tests {
         assert_eq!(w.len(), header_len + io);
     }
 
+    /// A message in a huge-page buffer becomes a vector by copying, and a shared tail
+    /// behind one (not expected: tails follow small heap buffers) still joins the
+    /// message, which moves to the heap.
+    #[test]
+    fn messages_in_huge_buffers_flatten_and_copy_out() {
+        let pool = BufPool::default();
+        let huge_message = |tail: Option<SharedData>| {
+            let mut buf = pool.take(HUGE_CLASS_MIN);
+            assert!(matches!(buf, PoolBuf::Huge(_)));
+            buf[..4].copy_from_slice(&[0, 1, 2, 3]);
+            OutBuf {
+                buf,
+                start: 1,
+                end: 4,
+                pooled: true,
+                tail,
+            }
+        };
+        assert_eq!(huge_message(None).into_vec(), vec![1, 2, 3]);
+        let mut o = huge_message(Some(Arc::new(vec![4, 5])));
+        o.flatten();
+        assert!(matches!(o.buf, PoolBuf::Heap(_)) && !o.pooled);
+        assert_eq!(o.bytes(), &[1, 2, 3, 4, 5]);
+        assert_eq!(o.into_vec(), vec![1, 2, 3, 4, 5]);
+    }
+
     #[test]
     fn a_full_pool_keeps_the_longer_buffers() {
         let pool = BufPool::default();
