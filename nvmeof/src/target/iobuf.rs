@@ -2,7 +2,7 @@
 //! hand it to `O_DIRECT` I/O in place: a write's data is copied once, out of the receive
 //! buffer, and a read's data lands where the answer is built from, with no bounce buffer
 //! in between. Buffers are carved from their chunks in safe code (`split_at_mut`); only
-//! the chunks' memory comes from a mapping of its own (`chunk_map`).
+//! the chunks' memory comes from a mapping of its own ([`quarry_hugemem::HugeBuf`]).
 //!
 //! Buffers of up to `POOLED_MAX` (1 MiB) are recycled through a process-wide pool of
 //! size classes (`IoBufPool`): a fresh buffer per command cost a `malloc`, a `memset`
@@ -15,7 +15,8 @@
 //! The pool's buffers are carved from an arena of [`ARENA_CHUNK`]-byte chunks that are
 //! mapped on demand, at most [`ARENA_CHUNKS`] of them, and never freed. A chunk of large
 //! buffers is one 2 MiB transparent huge page where the kernel has one to give
-//! (`chunk_map`). Because a chunk never moves or goes away, a backend may register it
+//! ([`quarry_hugemem`]); a chunk of small buffers is advised against huge pages. Because
+//! a chunk never moves or goes away, a backend may register it
 //! with the kernel once (io_uring's fixed buffers: [`arena_chunks`],
 //! [`IoBuf::arena_chunk`]) and then run `O_DIRECT` I/O on its buffers without the kernel
 //! pinning their pages for every operation (7.5% of Quarry's samples in 128 KiB writes;
@@ -25,6 +26,8 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Mutex;
+
+use quarry_hugemem::HugeBuf;
 
 /// Alignment of every [`IoBuf`]'s start: what `O_DIRECT` needs on 512-byte and 4 KiB
 /// logical-block devices.
@@ -39,7 +42,7 @@ const CLASSES: usize = 9;
 const POOLED_MAX: usize = SMALLEST_CLASS << (CLASSES - 1);
 /// Bytes of one arena chunk: two of the largest buffers, 512 of the smallest.
 pub const ARENA_CHUNK: usize = 2 * POOLED_MAX;
-/// Smallest size class whose chunks are put on transparent huge pages (`chunk_map`): a
+/// Smallest size class whose chunks are put on transparent huge pages: a
 /// buffer of 32 or more 4 KiB pages, where huge pages saved 17-24% of the CPU per
 /// 128 KiB NVMe/TCP read. Smaller buffers stay on 4 KiB pages, as 4 KiB I/O gained
 /// nothing from huge ones (tests/bench/nvme.md, "Huge pages for the I/O buffer arena").
@@ -134,7 +137,12 @@ impl IoBufPool {
             return None;
         }
         let index = u16::try_from(chunks.len()).ok()?;
-        let mem = super::chunk_map::map_chunk(ARENA_CHUNK, huge)?;
+        let mem = if huge {
+            HugeBuf::new(ARENA_CHUNK, 0)
+        } else {
+            HugeBuf::without_huge_pages(ARENA_CHUNK)
+        }?
+        .leak();
         chunks.push((mem.as_ptr() as usize, mem.len()));
         Some((index, mem))
     }
@@ -523,6 +531,21 @@ mod tests {
         assert_eq!(start % IO_BUF_ALIGN, 0);
         assert_eq!(len, ARENA_CHUNK);
         assert_eq!(IoBuf::for_overwrite(POOLED_MAX + 1).arena_chunk(), None);
+    }
+
+    /// Chunks of buffers from [`HUGE_PAGE_CLASS_MIN`] up may be huge pages; chunks of
+    /// smaller buffers may not.
+    #[test]
+    fn only_chunks_of_large_buffers_may_be_huge_pages() {
+        let pool = private_pool(2);
+        let large = IoBuf::for_overwrite_in(pool, HUGE_PAGE_CLASS_MIN);
+        let small = IoBuf::for_overwrite_in(pool, HUGE_PAGE_CLASS_MIN / 2);
+        assert_eq!(pool.chunks.lock().unwrap().len(), 2, "one chunk each");
+        if quarry_hugemem::huge_pages_on() {
+            let eligible = |b: &IoBuf| quarry_hugemem::thp_eligible(b.as_ptr() as usize);
+            assert_eq!(eligible(&large), Some(true));
+            assert_eq!(eligible(&small), Some(false));
+        }
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! and the per-connection queue state machine.
 
 pub mod admin;
-mod chunk_map;
 pub mod config;
 pub mod controller;
 pub mod io;

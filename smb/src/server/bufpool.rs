@@ -13,18 +13,18 @@
 //! ([`crate::proto::io::write_data_placement`]).
 //!
 //! Buffers of [`HUGE_CLASS_MIN`] and more are mappings of their own on transparent huge
-//! pages ([`super::hugebuf`]), placed so that a large message's data starts a huge page:
+//! pages ([`quarry_hugemem`]), placed so that a large message's data starts a huge page:
 //! its `O_DIRECT` read or write then pins a few huge pages instead of thousands of small
 //! ones.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 
-use super::hugebuf::{HugeBuf, HUGE_PAGE};
 use crate::proto::framing::MAX_FRAME_LEN;
 use crate::proto::transform::TRANSFORM_LEN;
 use crate::proto::HEADER_LEN;
 use crate::vfs::SharedData;
+use quarry_hugemem::{HugeBuf, HUGE_PAGE};
 
 /// Free bytes kept in front of a response body: a transform header and an SMB2 header.
 pub const HEADROOM: usize = TRANSFORM_LEN + HEADER_LEN;
@@ -437,8 +437,8 @@ mod tests {
         assert!(matches!(buf, PoolBuf::Huge(_)));
         let data = buf.as_ptr() as usize + start + 16;
         assert_eq!(data % HUGE_PAGE, 0, "READ data");
-        if crate::server::hugebuf::tests::huge_pages_on() {
-            let eligible = crate::server::hugebuf::tests::thp_eligible;
+        if quarry_hugemem::huge_pages_on() {
+            let eligible = quarry_hugemem::thp_eligible;
             assert_eq!(eligible(data), Some(true));
             assert_eq!(eligible(data + io - 1), Some(true));
         }

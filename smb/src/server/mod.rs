@@ -25,7 +25,6 @@ pub mod credits;
 pub mod dispatch;
 pub mod durable;
 pub mod handlers;
-pub mod hugebuf;
 pub mod nic;
 pub mod pending;
 pub mod previous;
