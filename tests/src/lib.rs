@@ -171,9 +171,15 @@ pub struct QuarryProcess {
 impl QuarryProcess {
     /// Starts an appliance in a fresh temporary data directory.
     pub fn start() -> anyhow::Result<QuarryProcess> {
+        Self::start_binary(&quarry_bin()?)
+    }
+
+    /// Starts the appliance built at `bin` (instead of [`quarry_bin`]) in a fresh
+    /// temporary data directory: a bench compares two builds in one run.
+    pub fn start_binary(bin: &Path) -> anyhow::Result<QuarryProcess> {
         let dir = tempfile::tempdir()?;
         let data = dir.path().join("data");
-        let mut p = Self::start_in(&data)?;
+        let mut p = Self::launch(bin, &data, &[], &[])?;
         p._tempdir = Some(dir);
         Ok(p)
     }
@@ -195,6 +201,17 @@ impl QuarryProcess {
         env: &[(&str, &str)],
         more_smb: &[std::net::IpAddr],
     ) -> anyhow::Result<QuarryProcess> {
+        Self::launch(&quarry_bin()?, data, env, more_smb)
+    }
+
+    /// Starts `bin` on `data` with extra environment and SMB addresses, and waits until
+    /// it answers its health check.
+    fn launch(
+        bin: &Path,
+        data: &Path,
+        env: &[(&str, &str)],
+        more_smb: &[std::net::IpAddr],
+    ) -> anyhow::Result<QuarryProcess> {
         std::fs::create_dir_all(data)?;
         let [http, smb, nvme, https] = free_ports::<4>()?;
         let (http, smb, nvme, https): (SocketAddr, SocketAddr, SocketAddr, SocketAddr) = (
@@ -205,16 +222,15 @@ impl QuarryProcess {
         );
         let log = data.with_extension(format!("log.{}", http.port()));
         let log_file = std::fs::File::create(&log)?;
-        let bin = quarry_bin()?;
         // systemd sets WATCHDOG_PID to the service's pid; a shell that execs the binary
         // keeps its pid, so it can do the same for tests that ask for a watchdog.
         let mut cmd = if env.iter().any(|(k, _)| *k == "WATCHDOG_USEC") {
             let mut c = Command::new("sh");
             c.args(["-c", "WATCHDOG_PID=$$ exec \"$0\" \"$@\""])
-                .arg(&bin);
+                .arg(bin);
             c
         } else {
-            Command::new(&bin)
+            Command::new(bin)
         };
         cmd.arg("serve")
             .arg("--data")

@@ -23,6 +23,11 @@
 //! machine's ceilings are measured in the same run: loopback TCP with iperf3 (one stream,
 //! and as many streams as the fan-out has sessions; before and after the workloads, the
 //! higher kept) and fio O_DIRECT on the share's file system.
+//!
+//! With `--baseline BIN`, the other server is a second Quarry, the build at `BIN`, in place
+//! of Samba: two builds A/B alternating in one run on the same machine state, for changes
+//! too small to see across separate runs. Every run's figures are kept, and the summary
+//! gives each server's mean CPU per unit over the runs beside the best run's.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -63,11 +68,14 @@ struct Args {
     /// before a phase, this memory is backed again for the next few seconds, as all
     /// memory is on bare metal.
     prefault_mib: usize,
+    /// Another Quarry build to compare with instead of Samba (`--baseline BIN`).
+    baseline: Option<PathBuf>,
 }
 
 const HELP: &str = "smb_bench [--ranks 8] [--rank-mib 512] [--train-files 200] [--train-mib 16] \
 [--readers 4] [--fanout 16] [--fanout-mib 2048] [--small-files 20000] [--small-dirs 100] [--workers 8] \
-[--list-entries 100000] [--xcheck-mib 512] [--runs 2] [--only sign|encrypt] [--prefault-mib 0] [--out DIR]";
+[--list-entries 100000] [--xcheck-mib 512] [--runs 2] [--only sign|encrypt] [--prefault-mib 0] [--out DIR] \
+[--baseline QUARRY_BIN (compare with that build instead of Samba)]";
 
 fn args() -> anyhow::Result<Args> {
     let mut a = Args {
@@ -87,6 +95,7 @@ fn args() -> anyhow::Result<Args> {
         modes: vec!["sign", "encrypt"],
         out: PathBuf::from("target/bench/smb"),
         prefault_mib: 0,
+        baseline: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -114,6 +123,7 @@ fn args() -> anyhow::Result<Args> {
             }
             "--out" => a.out = PathBuf::from(value()?),
             "--prefault-mib" => a.prefault_mib = value()?.parse()?,
+            "--baseline" => a.baseline = Some(PathBuf::from(value()?)),
             "-h" | "--help" => {
                 println!("{HELP}");
                 std::process::exit(0);
@@ -147,7 +157,10 @@ fn args() -> anyhow::Result<Args> {
 
 /// One SMB server under test.
 struct Server {
+    /// Names its raw output files and progress lines.
     name: &'static str,
+    /// Names it in the table and the summary.
+    title: &'static str,
     port: u16,
     /// Where the share lives on the local file system.
     share_dir: PathBuf,
@@ -158,6 +171,47 @@ struct Server {
 /// A private smbd: its own smb.conf, state directories and share in `dir`, foreground.
 struct Smbd {
     child: Child,
+}
+
+/// The server Quarry is compared with, kept running until the table is written.
+enum Reference {
+    Samba(Smbd),
+    /// Another Quarry build (`--baseline`).
+    Quarry(Box<QuarryProcess>),
+}
+
+impl Reference {
+    /// Stops the server (a Quarry the way `q.stop()` stops the one under test).
+    fn stop(self) -> anyhow::Result<()> {
+        match self {
+            Reference::Samba(smbd) => drop(smbd),
+            Reference::Quarry(p) => {
+                p.stop()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Starts the Quarry built at `bin` with the bench's user and share.
+fn start_quarry(
+    bin: &Path,
+    name: &'static str,
+    title: &'static str,
+) -> anyhow::Result<(QuarryProcess, Server)> {
+    let q = QuarryProcess::start_binary(bin)?;
+    let api = q.admin()?;
+    api.create("/api/v1/users", &json!({"name": USER, "password": PASS}))?;
+    api.create("/api/v1/shares", &json!({"name": SHARE, "users": [USER]}))?;
+    let pid = q.pid().context("quarry pid")?;
+    let server = Server {
+        name,
+        title,
+        port: q.smb.port(),
+        share_dir: q.data.join("pool").join("shares").join(SHARE),
+        cpu: Box::new(move || cpu_seconds(pid).unwrap_or(0.0)),
+    };
+    Ok((q, server))
 }
 
 impl Drop for Smbd {
@@ -449,6 +503,38 @@ fn client_cap(f: &Figure, unit: Unit, cores: usize) -> f64 {
     }
 }
 
+/// The run with the highest figure: the table's row.
+fn best_of(runs: &[Figure]) -> Option<Figure> {
+    runs.iter()
+        .copied()
+        .reduce(|b, f| if f.value > b.value { f } else { b })
+}
+
+/// A server's CPU per unit over all runs: small changes show in the mean over runs
+/// before they show in the best run.
+struct CpuSpread {
+    mean: f64,
+    least: f64,
+    most: f64,
+}
+
+impl CpuSpread {
+    fn of(runs: &[Figure]) -> CpuSpread {
+        let cpu = runs.iter().map(|f| f.server_cpu);
+        CpuSpread {
+            mean: cpu.clone().sum::<f64>() / runs.len().max(1) as f64,
+            least: cpu.clone().fold(f64::INFINITY, f64::min),
+            most: cpu.fold(0.0, f64::max),
+        }
+    }
+}
+
+impl std::fmt::Display for CpuSpread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.3} ({:.3}-{:.3})", self.mean, self.least, self.most)
+    }
+}
+
 /// Touches `mib` MiB of fresh memory and frees it (see [`Args::prefault_mib`]).
 fn prefault(mib: usize) {
     if mib > 0 {
@@ -626,9 +712,14 @@ fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.out)?;
     let out = a.out.canonicalize()?;
     let work = tempfile::tempdir()?;
+    let quarry_bin = quarry_tests::quarry_bin()?;
+    let versus = match &a.baseline {
+        Some(bin) => format!("the quarry at {}", bin.display()),
+        None => "Samba smbd".into(),
+    };
     println!(
-        "SMB bench: quarry {} vs Samba smbd; client: the smb crate; {} ranks x {} MiB, {} training files of {} MiB ±50% ({} readers), fan-out {} x {} MiB, {} small files in {} dirs ({} workers), a {}-entry directory; best of {} A/B runs; raw output in {}",
-        quarry_tests::quarry_bin()?.display(),
+        "SMB bench: quarry {} vs {versus}; client: the smb crate; {} ranks x {} MiB, {} training files of {} MiB ±50% ({} readers), fan-out {} x {} MiB, {} small files in {} dirs ({} workers), a {}-entry directory; best of {} A/B runs; raw output in {}",
+        quarry_bin.display(),
         a.ranks,
         a.rank_mib,
         a.train_files,
@@ -657,36 +748,36 @@ fn main() -> anyhow::Result<()> {
         }
     }
 
-    let q = QuarryProcess::start()?;
-    let api = q.admin()?;
-    api.create("/api/v1/users", &json!({"name": USER, "password": PASS}))?;
-    api.create("/api/v1/shares", &json!({"name": SHARE, "users": [USER]}))?;
-    let qpid = q.pid().context("quarry pid")?;
-    let quarry = Server {
-        name: "quarry",
-        port: q.smb.port(),
-        share_dir: q.data.join("pool").join("shares").join(SHARE),
-        cpu: Box::new(move || cpu_seconds(qpid).unwrap_or(0.0)),
+    let (q, quarry) = start_quarry(&quarry_bin, "quarry", "Quarry")?;
+    let (reference, other) = match &a.baseline {
+        Some(bin) => {
+            let (p, server) = start_quarry(bin, "baseline", "Baseline")?;
+            (Reference::Quarry(Box::new(p)), server)
+        }
+        None => {
+            let port = free_port()?;
+            let (smbd, share_dir) = start_smbd(&work.path().join("smbd"), port)?;
+            let pid = smbd.child.id();
+            let server = Server {
+                name: "samba",
+                title: "Samba",
+                port,
+                share_dir,
+                cpu: Box::new(move || tree_cpu_seconds(pid).unwrap_or(0.0)),
+            };
+            (Reference::Samba(smbd), server)
+        }
     };
-    let smbd_port = free_port()?;
-    let (smbd, smbd_share) = start_smbd(&work.path().join("smbd"), smbd_port)?;
-    let spid = smbd.child.id();
-    let samba = Server {
-        name: "samba",
-        port: smbd_port,
-        share_dir: smbd_share,
-        cpu: Box::new(move || tree_cpu_seconds(spid).unwrap_or(0.0)),
-    };
-    for s in [&quarry, &samba] {
+    for s in [&quarry, &other] {
         prepare_datasets(&s.share_dir, &train, a.fanout_mib, a.list_entries)
             .with_context(|| format!("preparing {}'s data sets", s.name))?;
     }
 
     let share_fs = quarry_tests::fs_description(&quarry.share_dir);
-    let samba_fs = quarry_tests::fs_description(&samba.share_dir);
+    let other_fs = quarry_tests::fs_description(&other.share_dir);
     ensure!(
-        share_fs == samba_fs,
-        "the two shares are on different file systems ({share_fs} and {samba_fs}): their figures would not compare"
+        share_fs == other_fs,
+        "the two shares are on different file systems ({share_fs} and {other_fs}): their figures would not compare"
     );
     println!("Both shares are on {share_fs}");
 
@@ -709,15 +800,20 @@ fn main() -> anyhow::Result<()> {
 
     let mut measured = Vec::new();
     for &mode in &a.modes {
-        let mut best: Vec<[Option<Figure>; 2]> = vec![[None, None]; WORKLOADS.len()];
+        // Every run's figures, per workload, for each server.
+        let mut runs: Vec<[Vec<Figure>; 2]> = vec![[Vec::new(), Vec::new()]; WORKLOADS.len()];
         for run in 0..a.runs {
             let order = if run % 2 == 0 { [0, 1] } else { [1, 0] };
             for si in order {
-                let server = [&quarry, &samba][si];
+                let server = [&quarry, &other][si];
                 let log = out.join(format!("{}-{mode}-run{run}.log", server.name));
                 let figs = run_all(&a, &rt, server, mode, &train, &xcheck_src, &log).with_context(
                     || {
-                        let tail = if si == 0 { q.log_text() } else { String::new() };
+                        let tail = match (si, &reference) {
+                            (0, _) => q.log_text(),
+                            (_, Reference::Quarry(p)) => p.log_text(),
+                            (_, Reference::Samba(_)) => String::new(),
+                        };
                         let tail: Vec<&str> = tail.lines().rev().take(20).collect();
                         format!(
                             "{} with {mode}, run {run}{}",
@@ -746,14 +842,12 @@ fn main() -> anyhow::Result<()> {
                     out.join(format!("{}-{mode}-run{run}.txt", server.name)),
                     &raw,
                 )?;
-                for (slot, fig) in best.iter_mut().zip(figs) {
-                    if slot[si].is_none_or(|b| fig.value > b.value) {
-                        slot[si] = Some(fig);
-                    }
+                for (slot, fig) in runs.iter_mut().zip(figs) {
+                    slot[si].push(fig);
                 }
             }
         }
-        measured.push((mode, best));
+        measured.push((mode, runs));
     }
 
     let (tcp_one, tcp) = (tcp_one.settle(&out)?, tcp_fanout.settle(&out)?);
@@ -763,11 +857,12 @@ fn main() -> anyhow::Result<()> {
     );
     let mut rows = Vec::new();
     let mut summary = Vec::new();
-    for (mode, best) in measured {
-        for ((name, unit), [qf, sf]) in WORKLOADS.iter().zip(best) {
+    let them = other.title;
+    for (mode, runs) in measured {
+        for ((name, unit), [qruns, sruns]) in WORKLOADS.iter().zip(runs) {
             let (qf, sf) = (
-                qf.context("no quarry figure")?,
-                sf.context("no samba figure")?,
+                best_of(&qruns).context("no quarry figure")?,
+                best_of(&sruns).with_context(|| format!("no {} figure", other.name))?,
             );
             let ratio = qf.value / sf.value;
             let cpu_ratio = if sf.server_cpu > 0.0 {
@@ -803,14 +898,14 @@ fn main() -> anyhow::Result<()> {
                     a.fanout
                 )
             } else {
-                format!("{ratio:.2}x Samba's figure, {cpu_ratio:.2}x its server CPU")
+                format!("{ratio:.2}x {them}'s figure, {cpu_ratio:.2}x its server CPU")
             };
             let cap = if qf.client_bound() && qf.client_cpu > 0.0 {
                 let cap = client_cap(&qf, *unit, threads);
                 let against = if *name == "fan-out read" {
                     format!("{:.0}% of loopback TCP", cap / tcp * 100.0)
                 } else {
-                    format!("{:.2}x Samba's figure", cap / sf.value)
+                    format!("{:.2}x {them}'s figure", cap / sf.value)
                 };
                 format!(
                     "; client-bound: the client alone spends {:.2} {} here, so with it no server \
@@ -833,20 +928,38 @@ fn main() -> anyhow::Result<()> {
             let device = match fio {
                 Some((rw, f)) if f > 0.0 => format!(
                     "; the share's file system itself did {f:.0} MB/s of O_DIRECT 1 MiB {rw}s \
-                     with fio in this run ({:.2}x Samba's figure), of which Quarry reached {:.0}%",
+                     with fio in this run ({:.2}x {them}'s figure), of which Quarry reached {:.0}%",
                     f / sf.value,
                     qf.value / f * 100.0
                 ),
                 _ => String::new(),
             };
+            let target = match reference {
+                Reference::Samba(_) => format!(" ({})", target_of(name, mode)),
+                Reference::Quarry(_) => String::new(),
+            };
+            let spread = if a.runs > 1 {
+                let (q, o) = (CpuSpread::of(&qruns), CpuSpread::of(&sruns));
+                let ratio = if o.mean > 0.0 {
+                    format!(" ({:.2}x)", q.mean / o.mean)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "; server CPU over the {} runs, mean (least-most): Quarry {q}, {them} {o} {}{ratio}",
+                    a.runs,
+                    unit.cpu(),
+                )
+            } else {
+                String::new()
+            };
             summary.push(format!(
-                "- {name}, {mode}: {reached} ({}){cap}{device}",
-                target_of(name, mode)
+                "- {name}, {mode}: {reached}{target}{cap}{device}{spread}"
             ));
         }
     }
-    let mut table = String::from(
-        "| workload | protection | Quarry | Samba | Quarry/Samba | Quarry server CPU | Samba server CPU | Quarry/Samba CPU | Quarry run: cores server/client | Samba run: cores server/client |\n\
+    let mut table = format!(
+        "| workload | protection | Quarry | {them} | Quarry/{them} | Quarry server CPU | {them} server CPU | Quarry/{them} CPU | Quarry run: cores server/client | {them} run: cores server/client |\n\
          | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n",
     );
     for r in rows {
@@ -874,7 +987,7 @@ fn main() -> anyhow::Result<()> {
         out.join("table.md"),
         format!("{ceilings}\n{table}\n{notes}"),
     )?;
-    drop(smbd);
+    reference.stop()?;
     q.stop()?;
     Ok(())
 }
