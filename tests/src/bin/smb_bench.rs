@@ -173,6 +173,13 @@ struct Smbd {
     child: Child,
 }
 
+impl Drop for Smbd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The server Quarry is compared with, kept running until the table is written.
 enum Reference {
     Samba(Smbd),
@@ -212,13 +219,6 @@ fn start_quarry(
         cpu: Box::new(move || cpu_seconds(pid).unwrap_or(0.0)),
     };
     Ok((q, server))
-}
-
-impl Drop for Smbd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn ensure_unix_user() -> anyhow::Result<()> {
