@@ -709,6 +709,7 @@ fn main() -> anyhow::Result<()> {
             .init();
     }
     let a = args()?;
+    wl::keep_freed_memory();
     std::fs::create_dir_all(&a.out)?;
     let out = a.out.canonicalize()?;
     let work = tempfile::tempdir()?;
