@@ -14,9 +14,10 @@
 //!
 //! The client is the `smb` crate (`quarry_tests::smb_workloads`), every rank or reader its
 //! own connection, with an allocator that keeps the memory it frees
-//! (`smb_workloads::keep_freed_memory`), so the client's cost is its protocol work. Workloads, scaled from MLPerf Storage v2 to a 2-core machine with the
-//! shapes kept: checkpoint save (8 ranks x 512 MiB of model and optimizer state in 1-8 MiB
-//! writes, FLUSH; figure over the slowest rank) and restore after dropping the page cache;
+//! (`smb_workloads::keep_freed_memory`), so the client's cost is its protocol work.
+//! Workloads, scaled from MLPerf Storage v2 to a 2-core machine with the shapes kept:
+//! checkpoint save (8 ranks x 512 MiB of model and optimizer state in 1-8 MiB writes,
+//! FLUSH; figure over the slowest rank) and restore after dropping the page cache;
 //! a 3D-UNet training epoch (200 files of 16 MiB ±50% read whole in one shuffled order by 4
 //! readers); inference fan-out (16 clients read the same 2 GiB weights file); small files (20,000
 //! files of 16-128 KiB in 100 directories: create+write, list, read); one directory of
