@@ -440,18 +440,16 @@ pub async fn checkpoint_write(t: &Target, ranks: usize, rank_mib: u64) -> anyhow
     Ok(slowest(&per_rank))
 }
 
-/// Checkpoint restore: every rank reads its two files back whole (the caller drops the page
-/// cache first). Figure: total over the slowest rank's time.
 /// Makes this process's allocator keep the memory it frees for reuse. The `smb` crate
 /// allocates fresh buffers for every message it receives. With glibc's defaults, each
 /// runtime thread's arena holds its memory in heaps of at most 64 MiB, so a few 8 MiB READ
 /// responses in flight outgrow a heap, and a new one is mapped (and unmapped again once
 /// empty): the client took a page fault and cleared a page for every 4 KiB of those
-/// responses, which cost it a third of its CPU per GiB in a cold checkpoint read against a
-/// server that keeps many READs in flight. One arena (the main heap, which has no such
-/// bound), large blocks taken from it rather than mapped one by one, and its top never
-/// given back: the bench's client is then limited by its protocol work, the same for every
-/// server, and not by the kernel's page handling. glibc only; a no-op elsewhere.
+/// responses (a sixth of its samples in a cold checkpoint read against a server that keeps
+/// many READs in flight). One arena (the main heap, which has no such bound), large blocks
+/// taken from it rather than mapped one by one, and its top never given back: the bench's
+/// client is then limited by its protocol work, the same for every server, and not by the
+/// kernel's page handling. glibc only; a no-op elsewhere.
 pub fn keep_freed_memory() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only changes the allocator's parameters; it is called before the
@@ -464,6 +462,8 @@ pub fn keep_freed_memory() {
     }
 }
 
+/// Checkpoint restore: every rank reads its two files back whole (the caller drops the page
+/// cache first). Figure: total over the slowest rank's time.
 pub async fn checkpoint_read(t: &Target, ranks: usize, rank_mib: u64) -> anyhow::Result<Outcome> {
     let conns = t.connect_many(ranks).await?;
     let (per_rank, _) = run_tasks(conns, |r, conn| async move {
