@@ -19,8 +19,9 @@
 //! a chunk never moves or goes away, a backend may register it with the kernel once
 //! (io_uring's fixed buffers: [`arena_chunks`], [`IoBuf::arena_chunk`]) and then run
 //! `O_DIRECT` I/O on its buffers without the kernel pinning their pages for every
-//! operation (7.5% of Quarry's samples in 128 KiB writes; tests/bench/nvme.md). A chunk, once carved for a size class, serves that class only.
-//! When the arena is full, buffers come from the heap and are freed when dropped.
+//! operation (7.5% of Quarry's samples in 128 KiB writes; tests/bench/nvme.md). A chunk,
+//! once carved for a size class, serves that class only. When the arena is full, buffers
+//! come from the heap and are freed when dropped.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
