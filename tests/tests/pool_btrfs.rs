@@ -129,6 +129,29 @@ fn wait_pool(q: &QuarryProcess, api: &Api, what: &str, f: impl Fn(&Value) -> boo
     }
 }
 
+/// Waits up to 20 s for the event list to satisfy `f`: the health poller
+/// raises and resolves conditions on its own tick, after the pool's state
+/// has already changed.
+fn wait_events(q: &QuarryProcess, api: &Api, what: &str, f: impl Fn(&[Value]) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (s, events) = api.get("/api/v1/events").unwrap();
+        assert_eq!(s, 200, "{events}");
+        let list = events
+            .as_array()
+            .unwrap_or_else(|| panic!("events are not a list: {events}"));
+        if f(list) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "events never showed {what}: {events}\n--- appliance log ---\n{}",
+            q.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn smbclient(q: &QuarryProcess, share: &str, cmds: &str, cwd: &Path) -> String {
     let out = Command::new("smbclient")
         .arg(format!("//127.0.0.1/{share}"))
@@ -365,15 +388,11 @@ fn btrfs_raid10_pool_quota_scrub_failure_replace_restart() {
             .any(|d| d["path"] == pool_devs[victim] && d["state"] == "failed"),
         "{p}"
     );
-    let (_, events) = api.get("/api/v1/events").unwrap();
-    assert!(
+    wait_events(&q, &api, "an unresolved pool.degraded", |events| {
         events
-            .as_array()
-            .unwrap()
             .iter()
-            .any(|e| e["kind"] == "pool.degraded" && e["resolved_at"].is_null()),
-        "{events}"
-    );
+            .any(|e| e["kind"] == "pool.degraded" && e["resolved_at"].is_null())
+    });
     let out = smbclient(&q, "q", "get a.bin a.degraded", local.path());
     assert!(!out.contains("NT_STATUS"), "{out}");
     assert_eq!(sha256_of(&local.path().join("a.degraded")), a_sum);
@@ -396,16 +415,12 @@ fn btrfs_raid10_pool_quota_scrub_failure_replace_restart() {
             .any(|d| d["path"] == spare),
         "{p}"
     );
-    let (_, events) = api.get("/api/v1/events").unwrap();
-    assert!(
+    wait_events(&q, &api, "every pool.degraded resolved", |events| {
         events
-            .as_array()
-            .unwrap()
             .iter()
             .filter(|e| e["kind"] == "pool.degraded")
-            .all(|e| e["resolved_at"].is_string()),
-        "{events}"
-    );
+            .all(|e| e["resolved_at"].is_string())
+    });
 
     // Restart as after a reboot (pool unmounted): imported without admin action.
     assert_eq!(q.stop().unwrap(), 0);
@@ -883,15 +898,11 @@ fn btrfs_missing_device_at_import_mounts_degraded_and_is_replaced() {
         .unwrap()
         .to_string();
     assert!(missing.starts_with("devid:"), "{missing}");
-    let (_, events) = api.get("/api/v1/events").unwrap();
-    assert!(
+    wait_events(&q, &api, "an unresolved pool.degraded", |events| {
         events
-            .as_array()
-            .unwrap()
             .iter()
-            .any(|e| e["kind"] == "pool.degraded" && e["resolved_at"].is_null()),
-        "{events}"
-    );
+            .any(|e| e["kind"] == "pool.degraded" && e["resolved_at"].is_null())
+    });
     assert_eq!(sha256_of(&file), sum, "data readable while degraded");
 
     let (s, job) = api
