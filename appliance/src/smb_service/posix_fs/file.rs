@@ -780,7 +780,7 @@ impl FsFile for PosixFile {
         let mut target = resolve::locate(&self.share.names, root, &comps)?;
         let requested = comps.last().copied().unwrap_or_default();
         let names = &self.share.names;
-        let ns = names.lock_namespace();
+        let ns = names.lock_dirs(old_parent_fd.as_fd(), target.parent_fd.as_fd())?;
         // The target's existence as of now, with changes by this share held off.
         match resolve::lookup_locked(names, &ns, target.parent_fd.as_fd(), requested)? {
             Some(stored) => {
@@ -906,7 +906,14 @@ impl FsFile for PosixFile {
         }
         let (parent_fd, _parent, name) = self.parent_and_name()?;
         let cname = sys::cstr(&name).map_err(|_| FsError::InvalidName(name.clone()))?;
-        let ns = self.share.names.lock_namespace();
+        // A directory's own lock too: its cache entry is forgotten below, and a scan of
+        // it must not put the entry back after that.
+        let names = &self.share.names;
+        let ns = if self.is_dir {
+            names.lock_dirs(parent_fd.as_fd(), self.file.as_fd())?
+        } else {
+            names.lock_dir(parent_fd.as_fd())?
+        };
         let _g = self.shared.size.write().unwrap_or_else(|p| p.into_inner());
         let st = sys::fstat(self.file.as_fd()).map_err(io_err("stat"))?;
         sys::unlinkat(parent_fd.as_fd(), &cname, self.is_dir)
@@ -919,9 +926,9 @@ impl FsFile for PosixFile {
             self.share.quota.release(st.size);
         }
         if self.is_dir {
-            self.share.names.forget(self.file.as_fd());
+            names.forget(&ns, self.file.as_fd());
         }
-        self.share.names.note_removed(&ns, parent_fd.as_fd(), &name);
+        names.note_removed(&ns, parent_fd.as_fd(), &name);
         Ok(())
     }
 

@@ -369,7 +369,7 @@ impl PosixShareFs {
             }
             None => None,
         };
-        let ns = self.inner.names.lock_namespace();
+        let ns = self.inner.names.lock_dir(parent)?;
         // Another open of this share may have created the name, in any case, since `locate`.
         if resolve::lookup_locked(&self.inner.names, &ns, parent, &loc.name)?.is_some() {
             return Err(FsError::Exists(loc.name.clone()));

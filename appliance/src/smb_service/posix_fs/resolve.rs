@@ -190,16 +190,23 @@ impl CacheState {
     }
 }
 
+/// Namespace locks of one share: a directory's names are guarded by the lock its
+/// identity hashes to, so that creates, deletes and scans in different directories do not
+/// wait for each other (one lock for the share made every create wait for any other,
+/// and for a scan of a large directory anywhere in the share).
+const NAMESPACE_LOCKS: usize = 64;
+
 /// The bounded per-directory case-folded name cache of one share.
 ///
-/// Consistency: every change this share makes to a directory's names happens under the
-/// namespace lock ([`NameCache::lock_namespace`]) together with the matching cache update,
-/// and cache fills (directory scans) take the same lock, so this share's own creates,
-/// renames and deletes are never missed whatever the timestamp granularity. Changes made
-/// by others are noticed through the directory's mtime.
+/// Consistency: every change this share makes to a directory's names happens under that
+/// directory's namespace lock ([`NameCache::lock_dir`], [`NameCache::lock_dirs`]) together
+/// with the matching cache update, and a fill of that directory's entry (a scan) takes
+/// the same lock, so this share's own creates, renames and deletes are never missed
+/// whatever the timestamp granularity. Changes made by others are noticed through the
+/// directory's mtime.
 pub struct NameCache {
     state: Mutex<CacheState>,
-    namespace: Mutex<()>,
+    namespace: [Mutex<()>; NAMESPACE_LOCKS],
     /// Directory scans done to fill the cache (for tests and diagnostics).
     scans: std::sync::atomic::AtomicU64,
 }
@@ -210,8 +217,20 @@ impl Default for NameCache {
     }
 }
 
-/// Proof that the caller holds the share's namespace lock.
-pub struct NamespaceGuard<'a>(#[allow(dead_code)] MutexGuard<'a, ()>);
+/// Proof that the caller holds the namespace locks of one or two directories.
+pub struct NamespaceGuard<'a> {
+    /// The directories covered, by identity (dev, ino).
+    dirs: [(u64, u64); 2],
+    /// The locks held, in the order they were taken.
+    _held: [Option<MutexGuard<'a, ()>>; 2],
+}
+
+impl NamespaceGuard<'_> {
+    /// Whether this guard holds the lock of the directory `key`.
+    fn covers(&self, key: (u64, u64)) -> bool {
+        self.dirs.contains(&key)
+    }
+}
 
 impl NameCache {
     /// A cache of at most `max_dirs` directories and `max_names` names in all, keeping
@@ -219,7 +238,7 @@ impl NameCache {
     fn with_limits(max_dirs: usize, max_names: usize, max_full: usize) -> NameCache {
         NameCache {
             state: Mutex::new(CacheState::new(max_dirs, max_names, max_full)),
-            namespace: Mutex::new(()),
+            namespace: std::array::from_fn(|_| Mutex::new(())),
             scans: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -229,10 +248,49 @@ impl NameCache {
         self.scans.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Serialises changes to names (create, rename, delete) with cache fills. Hold it from
-    /// the final existence check through the system call and the `note_*` update.
-    pub fn lock_namespace(&self) -> NamespaceGuard<'_> {
-        NamespaceGuard(self.namespace.lock().unwrap_or_else(|p| p.into_inner()))
+    /// Serialises changes to the names in `dir` (create, delete) with fills of its cache
+    /// entry. Hold it from the final existence check through the system call and the
+    /// `note_*` update.
+    pub fn lock_dir(&self, dir: BorrowedFd<'_>) -> Result<NamespaceGuard<'_>, FsError> {
+        let key = dir_version(dir)?.key;
+        Ok(self.lock_keys(key, key))
+    }
+
+    /// [`NameCache::lock_dir`] of two directories at once (a rename from one to the
+    /// other): their locks are taken in a fixed order, so two renames in opposite
+    /// directions cannot deadlock.
+    pub fn lock_dirs(
+        &self,
+        a: BorrowedFd<'_>,
+        b: BorrowedFd<'_>,
+    ) -> Result<NamespaceGuard<'_>, FsError> {
+        Ok(self.lock_keys(dir_version(a)?.key, dir_version(b)?.key))
+    }
+
+    fn lock_keys(&self, a: (u64, u64), b: (u64, u64)) -> NamespaceGuard<'_> {
+        let (first, second) = {
+            let (x, y) = (Self::lock_index(a), Self::lock_index(b));
+            (x.min(y), (x != y).then_some(x.max(y)))
+        };
+        let take = |i: usize| {
+            self.namespace
+                .get(i)
+                .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
+        };
+        let held_first = take(first);
+        NamespaceGuard {
+            dirs: [a, b],
+            _held: [held_first, second.and_then(take)],
+        }
+    }
+
+    /// The namespace lock a directory's names are guarded by: a multiplicative hash of
+    /// its identity, whose top bits spread directories made one after the other (and so
+    /// numbered one after the other) over all locks.
+    fn lock_index(key: (u64, u64)) -> usize {
+        let h = (key.0.rotate_left(32) ^ key.1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        // The top bits, reduced to the array (whatever its size).
+        (h >> 32) as usize % NAMESPACE_LOCKS
     }
 
     /// The cached answer, if the cache knows this directory at its current version.
@@ -251,22 +309,27 @@ impl NameCache {
     /// The stored spelling of `name` in `dir`, compared case-insensitively.
     fn lookup_folded(&self, dir: BorrowedFd<'_>, name: &str) -> Result<Option<String>, FsError> {
         let folded = fold(name);
-        if let Some(hit) = self.cached(dir_version(dir)?, &folded) {
+        let version = dir_version(dir)?;
+        if let Some(hit) = self.cached(version, &folded) {
             return Ok(hit);
         }
-        let guard = self.lock_namespace();
+        let guard = self.lock_keys(version.key, version.key);
         self.lookup_folded_locked(&guard, dir, &folded)
     }
 
-    /// [`NameCache::lookup_folded`] for a caller holding the namespace lock; `folded` is
-    /// already case-folded.
+    /// [`NameCache::lookup_folded`] for a caller holding `dir`'s namespace lock; `folded`
+    /// is already case-folded.
     fn lookup_folded_locked(
         &self,
-        _held: &NamespaceGuard<'_>,
+        held: &NamespaceGuard<'_>,
         dir: BorrowedFd<'_>,
         folded: &str,
     ) -> Result<Option<String>, FsError> {
         let version = dir_version(dir)?;
+        debug_assert!(
+            held.covers(version.key),
+            "scan without the directory's lock"
+        );
         if let Some(hit) = self.cached(version, folded) {
             return Ok(hit);
         }
@@ -312,22 +375,31 @@ impl NameCache {
     }
 
     /// Records that `name` now exists in `dir` (after this share created or renamed it
-    /// there, under the namespace lock).
-    pub fn note_added(&self, _held: &NamespaceGuard<'_>, dir: BorrowedFd<'_>, name: &str) {
-        self.update(dir, |names, hasher, max_full| {
+    /// there, under that directory's namespace lock).
+    pub fn note_added(&self, held: &NamespaceGuard<'_>, dir: BorrowedFd<'_>, name: &str) {
+        self.update(held, dir, |names, hasher, max_full| {
             names.add(fold(name), name, hasher, max_full)
         });
     }
 
-    /// Records that `name` no longer exists in `dir` (under the namespace lock).
-    pub fn note_removed(&self, _held: &NamespaceGuard<'_>, dir: BorrowedFd<'_>, name: &str) {
-        self.update(dir, |names, _, _| names.remove(&fold(name), name));
+    /// Records that `name` no longer exists in `dir` (under its namespace lock).
+    pub fn note_removed(&self, held: &NamespaceGuard<'_>, dir: BorrowedFd<'_>, name: &str) {
+        self.update(held, dir, |names, _, _| names.remove(&fold(name), name));
     }
 
-    fn update(&self, dir: BorrowedFd<'_>, f: impl FnOnce(&mut Names, &RandomState, usize)) {
+    fn update(
+        &self,
+        held: &NamespaceGuard<'_>,
+        dir: BorrowedFd<'_>,
+        f: impl FnOnce(&mut Names, &RandomState, usize),
+    ) {
         let Ok(version) = dir_version(dir) else {
             return;
         };
+        debug_assert!(
+            held.covers(version.key),
+            "change without the directory's lock"
+        );
         let Ok(mut guard) = self.state.lock() else {
             return;
         };
@@ -347,9 +419,14 @@ impl NameCache {
         }
     }
 
-    /// Forgets a directory (e.g. after it was removed).
-    pub fn forget(&self, dir: BorrowedFd<'_>) {
+    /// Forgets a directory after it was removed, under its own namespace lock (so that no
+    /// scan of it puts the entry back).
+    pub fn forget(&self, held: &NamespaceGuard<'_>, dir: BorrowedFd<'_>) {
         if let (Ok(version), Ok(mut state)) = (dir_version(dir), self.state.lock()) {
+            debug_assert!(
+                held.covers(version.key),
+                "forgotten without the directory's lock"
+            );
             state.remove(version.key);
         }
     }
@@ -370,8 +447,8 @@ pub fn lookup(
     }
 }
 
-/// [`lookup`] for a caller holding the namespace lock: the answer cannot change until the
-/// lock is released, except by other processes.
+/// [`lookup`] for a caller holding `dir`'s namespace lock: the answer cannot change until
+/// the lock is released, except by other processes.
 pub fn lookup_locked(
     cache: &NameCache,
     held: &NamespaceGuard<'_>,
@@ -528,6 +605,77 @@ mod tests {
         OwnedFd::from(std::fs::File::open(&p).unwrap())
     }
 
+    /// The identity the namespace locks are chosen by.
+    fn key_of(dir: &OwnedFd) -> (u64, u64) {
+        dir_version(dir.as_fd()).unwrap().key
+    }
+
+    #[test]
+    fn directories_under_different_locks_change_names_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = dir_with(tmp.path(), "a", 0);
+        // A second directory whose names another lock guards (64 locks: one of the first
+        // few directories made is certain to differ).
+        let b = (0..16)
+            .map(|i| dir_with(tmp.path(), &format!("b{i}"), 0))
+            .find(|d| NameCache::lock_index(key_of(d)) != NameCache::lock_index(key_of(&a)))
+            .expect("a directory under another lock");
+        let cache = NameCache::default();
+        let held = cache.lock_dir(a.as_fd()).unwrap();
+        assert!(held.covers(key_of(&a)) && !held.covers(key_of(&b)));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let got = std::thread::scope(|s| {
+            let (cache, b) = (&cache, &b);
+            s.spawn(move || {
+                // A create in `b` (its lock, its scan) while `a`'s lock is held.
+                let ns = cache.lock_dir(b.as_fd()).unwrap();
+                let found = lookup_locked(cache, &ns, b.as_fd(), "NEW").unwrap();
+                tx.send(found).unwrap();
+            });
+            let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+            // Released before any assertion, so that a waiting thread can end.
+            drop(held);
+            got
+        });
+        assert_eq!(got, Ok(None), "b's change waited for a's lock");
+    }
+
+    #[test]
+    fn renames_in_opposite_directions_do_not_deadlock() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs: Vec<OwnedFd> = (0..8)
+            .map(|i| dir_with(tmp.path(), &format!("d{i}"), 0))
+            .collect();
+        let cache = NameCache::default();
+        // Every ordered pair, the same directory twice included, from two threads going
+        // through the pairs in opposite orders.
+        let pairs: Vec<(usize, usize)> = (0..dirs.len())
+            .flat_map(|i| (0..dirs.len()).map(move |j| (i, j)))
+            .collect();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            for reversed in [false, true] {
+                let (cache, dirs, pairs, tx) = (&cache, &dirs, &pairs, tx.clone());
+                s.spawn(move || {
+                    for _ in 0..200 {
+                        for &(i, j) in pairs.iter() {
+                            let (x, y) = if reversed { (j, i) } else { (i, j) };
+                            let ns = cache.lock_dirs(dirs[x].as_fd(), dirs[y].as_fd()).unwrap();
+                            assert!(ns.covers(key_of(&dirs[x])) && ns.covers(key_of(&dirs[y])));
+                        }
+                    }
+                    tx.send(()).unwrap();
+                });
+            }
+            for _ in 0..2 {
+                assert!(
+                    rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok(),
+                    "two renames deadlocked"
+                );
+            }
+        });
+    }
+
     #[test]
     fn least_recently_used_directories_are_dropped_first() {
         let tmp = tempfile::tempdir().unwrap();
@@ -577,7 +725,7 @@ mod tests {
         );
         assert_eq!(cache.scans(), 2);
         // This share's own creates and deletes keep the hashes current.
-        let ns = cache.lock_namespace();
+        let ns = cache.lock_dir(big.as_fd()).unwrap();
         std::fs::write(tmp.path().join("big/Added"), b"").unwrap();
         cache.note_added(&ns, big.as_fd(), "Added");
         std::fs::remove_file(tmp.path().join("big/File3")).unwrap();
