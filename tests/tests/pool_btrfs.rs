@@ -112,44 +112,44 @@ fn wait_job(api: &Api, job: &Value) -> Value {
     }
 }
 
-fn wait_pool(q: &QuarryProcess, api: &Api, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+/// Polls `GET path` until its answer satisfies `f`, for up to 20 s, and returns that
+/// answer; on the deadline fails with the last answer and the appliance's log.
+fn wait_get(
+    q: &QuarryProcess,
+    api: &Api,
+    path: &str,
+    what: &str,
+    f: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let (s, p) = api.get("/api/v1/pool").unwrap();
-        assert_eq!(s, 200, "{p}");
-        if f(&p) {
-            return p;
+        let (s, v) = api.get(path).unwrap();
+        assert_eq!(s, 200, "{v}");
+        if f(&v) {
+            return v;
         }
         assert!(
             Instant::now() < deadline,
-            "pool never became {what}: {p}\n--- appliance log ---\n{}",
+            "{path} never showed {what}: {v}\n--- appliance log ---\n{}",
             q.log_text()
         );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
 
-/// Waits up to 20 s for the event list to satisfy `f`: the health poller
-/// raises and resolves conditions on its own tick, after the pool's state
-/// has already changed.
+fn wait_pool(q: &QuarryProcess, api: &Api, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    wait_get(q, api, "/api/v1/pool", what, f)
+}
+
+/// Waits for the event list to satisfy `f`: the health poller raises and resolves
+/// conditions on its own tick, after the pool's state has already changed.
 fn wait_events(q: &QuarryProcess, api: &Api, what: &str, f: impl Fn(&[Value]) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (s, events) = api.get("/api/v1/events").unwrap();
-        assert_eq!(s, 200, "{events}");
+    wait_get(q, api, "/api/v1/events", what, |events| {
         let list = events
             .as_array()
             .unwrap_or_else(|| panic!("events are not a list: {events}"));
-        if f(list) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "events never showed {what}: {events}\n--- appliance log ---\n{}",
-            q.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        f(list)
+    });
 }
 
 fn smbclient(q: &QuarryProcess, share: &str, cmds: &str, cwd: &Path) -> String {
