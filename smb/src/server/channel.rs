@@ -24,7 +24,8 @@ use crate::crypto::{Cipher, CipherKey, PreauthHash, SigningAlgorithm, SigningKey
 use crate::proto::negotiate::DIALECT_300;
 use crate::proto::status;
 
-use super::conn::{ConnError, Outgoing, Processed};
+use super::conn::{ConnError, Processed};
+use super::outbox::Outbox;
 
 /// Channels one session may have besides the connection that owns it (Windows allows 32
 /// channels in all; smbtorture's multichannel.generic.num_channels expects the 33rd bind
@@ -153,7 +154,7 @@ pub struct Via {
     /// The channel's signing key.
     pub signing_key: SigningKey,
     /// The channel's socket writer.
-    pub out: tokio::sync::mpsc::Sender<Outgoing>,
+    pub out: Outbox,
     /// Cancelled when the channel's connection stops serving.
     pub gone: tokio_util::sync::CancellationToken,
 }

@@ -7,12 +7,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::Poll;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, BufReader};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::crypto::PreauthHash;
-use crate::proto::framing::{frame_header, parse_frame_header, Frame, FRAME_HEADER_LEN};
+use crate::proto::framing::{parse_frame_header, Frame, FRAME_HEADER_LEN};
 use crate::proto::header::{FLAG_ASYNC_COMMAND, FLAG_SERVER_TO_REDIR, FLAG_SIGNED};
 use crate::proto::io::{write_data_placement, WRITE_PLACEMENT_PREFIX};
 use crate::proto::request::{request_file_id, split_compound};
@@ -23,6 +23,7 @@ use super::bufpool::{BufPool, OutBuf, Received, POOLED_RECEIVE_MIN};
 use super::channel::{Channel, ElementCheck, Forward, Inbound, Signature, Via};
 use super::credits::CreditWindow;
 use super::dispatch::{self, Ctx, Deferred, PreauthTarget, Reply};
+use super::outbox::Outbox;
 use super::pending::{PendingOp, MAX_PENDING_PER_CONNECTION, PENDING_POLL};
 use super::shared::SharedState;
 use super::state::{AuthState, ConnState};
@@ -128,11 +129,11 @@ pub async fn run_connection(
     let local = sock.local_addr()?;
     let (breaks_tx, breaks_rx) = tokio::sync::mpsc::unbounded_channel();
     let (inbox_tx, inbox_rx) = tokio::sync::mpsc::channel(super::channel::FORWARD_QUEUE);
-    let (out_tx, out_rx) = tokio::sync::mpsc::channel(OUT_QUEUE);
     let (rd, wr) = sock.into_split();
     let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
     let conn_id = shared.sessions().next_conn_id();
     let traffic = Arc::new(super::ChannelTraffic::new(peer, local));
+    let (out, writer) = Outbox::new(wr, shared.clone(), traffic.clone());
     let mut conn = Connection {
         state: ConnState {
             negotiated: None,
@@ -156,7 +157,7 @@ pub async fn run_connection(
         conn_id,
         inbox: inbox_tx,
         inbox_rx,
-        out: out_tx.clone(),
+        out: out.clone(),
         gone: CancellationToken::new(),
         traffic: traffic.clone(),
     };
@@ -178,13 +179,8 @@ pub async fn run_connection(
             }
         }
     });
-    let writer = tokio::spawn(write_responses(
-        wr,
-        out_rx,
-        conn.shared.clone(),
-        traffic.clone(),
-    ));
-    let result = serve_frames(&mut conn, rx, breaks_rx, out_tx, &shutdown).await;
+    let writer = tokio::spawn(writer.run());
+    let result = serve_frames(&mut conn, rx, breaks_rx, out, &shutdown).await;
     conn.gone.cancel();
     reader.abort();
     // Sessions with surviving channels move to one of them before this connection stops
@@ -199,7 +195,7 @@ pub async fn run_connection(
     conn.state.channels.clear();
     conn.inbox_rx.close();
     // The writer ends only when every sender is gone, this connection's own included.
-    conn.out = tokio::sync::mpsc::channel(1).0;
+    conn.out = conn.out.detached();
     // The writer ends once every sender is gone: this loop's and those of READs and WRITEs
     // still running. Responses already queued (a LOGOFF's, say) go out first.
     let flushed = tokio::time::timeout(FLUSH_TIMEOUT, writer).await;
@@ -219,9 +215,6 @@ pub async fn run_connection(
 /// Frames read ahead of processing. Each may be up to `MAX_FRAME_LEN` (about 8 MiB), so this
 /// bounds a connection's buffered input to a few frames.
 const FRAME_QUEUE: usize = 2;
-/// Responses queued for the socket writer; the queue's bound holds back the request loop
-/// (and deferred READs) when the client stops reading.
-const OUT_QUEUE: usize = 64;
 /// Bytes of READ/WRITE payload a connection may have in flight off its request loop; more
 /// waits (each READ or WRITE is at most `MAX_IO_SIZE`, 8 MiB). Units of [`BUDGET_UNIT`].
 const INFLIGHT_BUDGET: u32 = (64 * 1024 * 1024 / BUDGET_UNIT) as u32;
@@ -229,67 +222,13 @@ const INFLIGHT_BUDGET: u32 = (64 * 1024 * 1024 / BUDGET_UNIT) as u32;
 const BUDGET_UNIT: usize = 64 * 1024;
 /// How long a closing connection waits for queued and in-flight responses.
 const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-/// Responses written to the socket in one vectored write at most.
-const WRITE_BATCH: usize = 16;
-
 type FrameRx = tokio::sync::mpsc::Receiver<Result<Option<Received>, ConnError>>;
 
-/// A response on its way to the socket, holding its share of the in-flight budget.
-pub type Outgoing = (OutBuf, Option<tokio::sync::OwnedSemaphorePermit>);
-
-/// Writes responses as they come, batching whatever is queued into one vectored write of
-/// frame headers and messages (no copy into a frame buffer).
-async fn write_responses<W: AsyncWriteExt + Unpin>(
-    mut wr: W,
-    mut rx: tokio::sync::mpsc::Receiver<Outgoing>,
-    shared: Arc<SharedState>,
-    traffic: Arc<super::ChannelTraffic>,
-) -> Result<(), ConnError> {
-    let mut batch: Vec<Outgoing> = Vec::with_capacity(WRITE_BATCH);
-    while rx.recv_many(&mut batch, WRITE_BATCH).await > 0 {
-        let headers = batch
-            .iter()
-            .map(|(m, _)| frame_header(m.len()).map_err(|e| violation(e.to_string())))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(batch.len() * 3);
-        for (h, (m, _)) in headers.iter().zip(&batch) {
-            slices.push(std::io::IoSlice::new(h));
-            slices.push(std::io::IoSlice::new(m.bytes()));
-            if !m.tail_bytes().is_empty() {
-                slices.push(std::io::IoSlice::new(m.tail_bytes()));
-            }
-        }
-        let mut rest = &mut slices[..];
-        while !rest.is_empty() {
-            let n = wr.write_vectored(rest).await?;
-            if n == 0 {
-                return Err(ConnError::Io(std::io::ErrorKind::WriteZero.into()));
-            }
-            std::io::IoSlice::advance_slices(&mut rest, n);
-            traffic
-                .sent
-                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-        }
-        drop(slices);
-        for (m, _) in batch.drain(..) {
-            if m.pooled {
-                shared.bufs().give(m.buf);
-            }
-        }
-    }
-    wr.flush().await?;
-    Ok(())
-}
-
-/// Queues responses for the writer; an error means the writer has stopped (socket gone).
-async fn send_all(
-    out: &tokio::sync::mpsc::Sender<Outgoing>,
-    msgs: Vec<Vec<u8>>,
-) -> Result<(), ConnError> {
+/// Sends the request loop's responses in order (written at once when nothing is queued);
+/// an error means the socket is gone.
+async fn send_all(out: &Outbox, msgs: Vec<Vec<u8>>) -> Result<(), ConnError> {
     for m in msgs {
-        out.send((OutBuf::from_vec(m), None))
-            .await
-            .map_err(|_| ConnError::Io(std::io::ErrorKind::BrokenPipe.into()))?;
+        out.send_now((OutBuf::from_vec(m), None)).await?;
     }
     Ok(())
 }
@@ -300,10 +239,7 @@ pub type Routed = (Vec<u8>, Option<Arc<Via>>);
 
 /// Queues routed messages: this connection's own in order; another channel's without
 /// waiting on it (a stalled channel must not stall the session's owner).
-async fn send_routed(
-    out: &tokio::sync::mpsc::Sender<Outgoing>,
-    msgs: Vec<Routed>,
-) -> Result<(), ConnError> {
+async fn send_routed(out: &Outbox, msgs: Vec<Routed>) -> Result<(), ConnError> {
     for (m, via) in msgs {
         match via {
             None => send_all(out, vec![m]).await?,
@@ -320,10 +256,7 @@ async fn send_routed(
 
 /// Sends the final responses of the pending operations that are done, running again
 /// the CREATEs whose breaks are settled.
-async fn finish_pending(
-    conn: &mut Connection,
-    out: &tokio::sync::mpsc::Sender<Outgoing>,
-) -> Result<(), ConnError> {
+async fn finish_pending(conn: &mut Connection, out: &Outbox) -> Result<(), ConnError> {
     let (msgs, retries) = conn.poll_pending()?;
     send_routed(out, msgs).await?;
     for op in retries {
@@ -336,11 +269,7 @@ async fn finish_pending(
 
 /// Serves what another connection asks of this connection's sessions, then sends the
 /// CHANGE_NOTIFY completions it caused.
-async fn serve_inbound(
-    conn: &mut Connection,
-    msg: Inbound,
-    out: &tokio::sync::mpsc::Sender<Outgoing>,
-) -> Result<(), ConnError> {
+async fn serve_inbound(conn: &mut Connection, msg: Inbound, out: &Outbox) -> Result<(), ConnError> {
     conn.inbound(msg).await;
     if conn.pending.iter().any(|p| p.is_notify()) {
         finish_pending(conn, out).await?;
@@ -355,7 +284,7 @@ async fn serve_frames(
     conn: &mut Connection,
     mut rx: FrameRx,
     mut breaks: tokio::sync::mpsc::UnboundedReceiver<crate::oplock::BreakNotice>,
-    out: tokio::sync::mpsc::Sender<Outgoing>,
+    out: Outbox,
     shutdown: &CancellationToken,
 ) -> Result<(), ConnError> {
     let budget = Arc::new(tokio::sync::Semaphore::new(INFLIGHT_BUDGET as usize));
@@ -423,14 +352,18 @@ async fn serve_frames(
             if small {
                 let first = std::future::poll_fn(|cx| Poll::Ready(run.as_mut().poll(cx))).await;
                 if let Poll::Ready(r) = first {
-                    deliver_deferred(r, permit, &out, &conn.admin_cancel).await;
+                    if let Some(msg) = deferred_response(r, &conn.admin_cancel) {
+                        out.send_now((msg, Some(permit))).await?;
+                    }
                     continue;
                 }
             }
             let out = out.clone();
             let end = conn.admin_cancel.clone();
             tokio::spawn(async move {
-                deliver_deferred(run.await, permit, &out, &end).await;
+                if let Some(msg) = deferred_response(run.await, &end) {
+                    let _ = out.send((msg, Some(permit))).await;
+                }
             });
         }
     }
@@ -440,21 +373,15 @@ async fn serve_frames(
 /// the connection's own task before being spawned.
 const INLINE_POLL_MAX_CHARGE: u16 = 2;
 
-/// Queues a deferred response. One that cannot be sealed or signed ends the connection
-/// (the client would otherwise wait for it forever).
-async fn deliver_deferred(
-    result: Result<OutBuf, ConnError>,
-    permit: tokio::sync::OwnedSemaphorePermit,
-    out: &tokio::sync::mpsc::Sender<Outgoing>,
-    end: &CancellationToken,
-) {
+/// A deferred job's response, to send. One that cannot be sealed or signed ends the
+/// connection (the client would otherwise wait for it forever).
+fn deferred_response(result: Result<OutBuf, ConnError>, end: &CancellationToken) -> Option<OutBuf> {
     match result {
-        Ok(msg) => {
-            let _ = out.send((msg, Some(permit))).await;
-        }
+        Ok(msg) => Some(msg),
         Err(e) => {
             tracing::warn!(error = %e, "deferred response could not be sealed");
             end.cancel();
+            None
         }
     }
 }
@@ -569,7 +496,7 @@ pub struct Connection {
     /// The receiving end of [`Connection::inbox`].
     pub inbox_rx: tokio::sync::mpsc::Receiver<Inbound>,
     /// This connection's socket writer (for the [`Via`] of a channel it binds).
-    pub out: tokio::sync::mpsc::Sender<Outgoing>,
+    pub out: Outbox,
     /// Cancelled when this connection stops serving (answers routed to it are dropped).
     pub gone: CancellationToken,
     /// This connection's byte counters (per-channel figures of its sessions).
@@ -1765,6 +1692,8 @@ async fn close_or_keep(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::framing::frame_header;
+    use tokio::io::AsyncWriteExt;
 
     /// Frames arrive whole however the socket splits them; keep-alives are skipped, and
     /// a message cut short is an error, not a frame.

@@ -8,6 +8,8 @@
 //! - [`state`]: connection / session / tree / open tables.
 //! - [`conn`]: one connection: framing, SMB1 upgrade, decryption, compound splitting, signature
 //!   checks, and the sign/encrypt/frame of every response.
+//! - [`outbox`]: a connection's sending side: the writer task's queue, and the request
+//!   loop's direct write when nothing is queued.
 //! - [`channel`]: multichannel: the session directory, binding checks, and the forwarding
 //!   of a bound channel's requests to the connection that owns the session.
 //! - [`dispatch`]: routes a decoded request to its handler module in [`handlers`] (one per
@@ -26,6 +28,7 @@ pub mod dispatch;
 pub mod durable;
 pub mod handlers;
 pub mod nic;
+pub mod outbox;
 pub mod pending;
 pub mod previous;
 pub mod replay;
