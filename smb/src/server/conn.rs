@@ -237,8 +237,9 @@ async fn send_all(out: &Outbox, msgs: Vec<Vec<u8>>) -> Result<(), ConnError> {
 /// another channel of the session, for that channel's.
 pub type Routed = (Vec<u8>, Option<Arc<Via>>);
 
-/// Queues routed messages: this connection's own in order; another channel's without
-/// waiting on it (a stalled channel must not stall the session's owner).
+/// Sends routed messages: this connection's own in order (see [`send_all`]); another
+/// channel's queued without waiting on it (a stalled channel must not stall the session's
+/// owner).
 async fn send_routed(out: &Outbox, msgs: Vec<Routed>) -> Result<(), ConnError> {
     for (m, via) in msgs {
         match via {
