@@ -106,11 +106,11 @@ impl Outbox {
     /// Queues `msg` for the writer task; waits while the queue is full. An error means the
     /// writer has stopped.
     pub async fn send(&self, msg: Outgoing) -> Result<(), ConnError> {
+        // The slot is taken first, so that a send given up while it waits leaves the count
+        // as it was; counted before it is queued, the message is never written uncounted.
+        let slot = self.tx.reserve().await.map_err(|_| closed())?;
         self.line.queued.fetch_add(1, Ordering::AcqRel);
-        if self.tx.send(msg).await.is_err() {
-            self.line.queued.fetch_sub(1, Ordering::AcqRel);
-            return Err(closed());
-        }
+        slot.send(msg);
         Ok(())
     }
 
