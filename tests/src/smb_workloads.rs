@@ -200,6 +200,12 @@ impl Conn {
     /// Lists the directory `rel` completely; returns how many entries it has besides `.`
     /// and `..`.
     async fn count_entries(&self, rel: &str) -> anyhow::Result<u64> {
+        self.count_entries_batched(rel, 0x10000).await
+    }
+
+    /// Lists the directory `rel` completely, asking for at most `buffer` bytes of entries
+    /// a request; returns how many entries it has besides `.` and `..`.
+    pub async fn count_entries_batched(&self, rel: &str, buffer: u32) -> anyhow::Result<u64> {
         let dir = self
             .client
             .create_file(
@@ -220,7 +226,7 @@ impl Conn {
         let mut n = 0u64;
         {
             let mut entries =
-                Directory::query_with_options::<FileIdBothDirectoryInformation>(&dir, "*", 0x10000)
+                Directory::query_with_options::<FileIdBothDirectoryInformation>(&dir, "*", buffer)
                     .await
                     .with_context(|| format!("query directory {rel}"))?;
             while let Some(e) = entries.next().await {

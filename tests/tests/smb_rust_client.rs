@@ -8,11 +8,15 @@
 //! speak AES-256: for the two AES-256 ciphers the same round trip is made with smbprotocol
 //! (Python), which implements them, and an AES-256-only appliance is shown to refuse the
 //! crate's session rather than fall back to something weaker.
+//!
+//! Last, directory listings in many small batches, many times over, must each end: the
+//! crate's listing stream once lost a wake-up between batches and hung.
 
 use std::process::Command;
 use std::str::FromStr;
+use std::time::Duration;
 
-use quarry_tests::smb_workloads::write_then_read_back;
+use quarry_tests::smb_workloads::{small_write, write_then_read_back, Target};
 use quarry_tests::{xorshift_bytes, QuarryProcess};
 use serde_json::{json, Value};
 use smb::{Client, ClientConfig, ConnectionConfig, UncPath};
@@ -165,4 +169,54 @@ print(json.dumps([s["security"] for s in sessions]))
             "{cipher}: {securities}"
         );
     }
+}
+
+/// Listings that each take about 150 QUERY_DIRECTORY round trips, eight clients at once on a
+/// four-thread runtime: the crate's listing stream used to lose the wake-up between two
+/// batches (tests/vendor/smb/QUARRY-PATCH.md) and then wait for good with nothing on the
+/// wire; in this shape about one listing in 60 hung. Each listing must end, and see every
+/// file.
+#[test]
+fn smb_crate_listings_in_many_batches_always_end() {
+    const FILES: usize = 300;
+    const LISTERS: usize = 8;
+    const LISTINGS: usize = 50;
+    /// Two entries a response, so a listing is many batches.
+    const BUFFER: u32 = 256;
+    let (_dir, q) = appliance("aes-128-gcm");
+    let t = Target {
+        port: q.smb.port(),
+        share: "sealed".into(),
+        user: USER.into(),
+        password: PASS.into(),
+        encrypt: true,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        small_write(&t, FILES, 1, LISTERS)
+            .await
+            .expect("write the files");
+        let mut listers = Vec::new();
+        for w in 0..LISTERS {
+            let t = t.clone();
+            listers.push(tokio::spawn(async move {
+                let conn = t.connect().await.expect("connect");
+                for i in 0..LISTINGS {
+                    let listing = conn.count_entries_batched(r"small\d000", BUFFER);
+                    let seen = tokio::time::timeout(Duration::from_secs(10), listing)
+                        .await
+                        .unwrap_or_else(|_| panic!("lister {w}: listing {i} stalled"))
+                        .unwrap_or_else(|e| panic!("lister {w}: listing {i}: {e:#}"));
+                    assert_eq!(seen, FILES as u64, "lister {w}: listing {i}");
+                }
+            }));
+        }
+        for l in listers {
+            l.await.expect("lister");
+        }
+    });
 }

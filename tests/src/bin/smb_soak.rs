@@ -1,8 +1,9 @@
 //! SMB soak (issue 8's bench, on demand): runs the bench's small-file phases (list, read,
 //! open/stat/close, each with a fresh set of clients) against one Quarry over and over, each
-//! phase under a deadline, to catch a request that is never answered. The bench saw two
-//! phases stall with both sides idle in hundreds of runs (tests/bench/RESULTS.md); a bench
-//! run is too long to repeat until it recurs, this loop is not.
+//! phase under a deadline, to catch a request that is never answered. Written to hunt the
+//! bench's rare stall with both sides idle (tests/bench/RESULTS.md), which turned out to be
+//! the client's (tests/vendor/smb/QUARRY-PATCH.md); a bench run is too long to repeat until
+//! a fault recurs, this loop is not.
 //!
 //! ```sh
 //! cargo build --release -p quarry -p quarry-tests
