@@ -526,4 +526,5 @@ impl Api {
 }
 pub mod loopback;
 pub mod nvme_initiator;
+pub mod samba;
 pub mod smb_workloads;

@@ -726,6 +726,16 @@ pub async fn write_then_read_back(
     path: &UncPath,
     data: &[u8],
 ) -> smb::Result<Vec<u8>> {
+    write_then_read_back_in(client, path, data, ROUND_TRIP_PIECE).await
+}
+
+/// [`write_then_read_back`] in requests of `piece` bytes (at most the server's largest).
+pub async fn write_then_read_back_in(
+    client: &Client,
+    path: &UncPath,
+    data: &[u8],
+    piece: usize,
+) -> smb::Result<Vec<u8>> {
     use smb::{ReadAt, WriteAt};
     let file = client
         .create_file(
@@ -734,10 +744,10 @@ pub async fn write_then_read_back(
         )
         .await?
         .unwrap_file();
-    for (i, piece) in data.chunks(ROUND_TRIP_PIECE).enumerate() {
-        let at = i * ROUND_TRIP_PIECE;
-        let n = file.write_at(piece, at as u64).await?;
-        assert_eq!(n, piece.len(), "short write at {at}");
+    for (i, chunk) in data.chunks(piece).enumerate() {
+        let at = i * piece;
+        let n = file.write_at(chunk, at as u64).await?;
+        assert_eq!(n, chunk.len(), "short write at {at}");
     }
     file.close().await?;
     let file = client
@@ -750,7 +760,7 @@ pub async fn write_then_read_back(
     let mut back = vec![0u8; data.len()];
     let mut at = 0;
     while at < back.len() {
-        let end = (at + ROUND_TRIP_PIECE).min(back.len());
+        let end = (at + piece).min(back.len());
         let n = file.read_at(&mut back[at..end], at as u64).await?;
         assert!(n > 0, "unexpected end of file at {at}");
         at += n;

@@ -9,15 +9,20 @@
 //! (Python), which implements them, and an AES-256-only appliance is shown to refuse the
 //! crate's session rather than fall back to something weaker.
 //!
-//! Last, directory listings in many small batches, many times over, must each end: the
-//! crate's listing stream once lost a wake-up between batches and hung.
+//! Last, two faults of the crate we patch (tests/vendor/smb/QUARRY-PATCH.md) stay fixed:
+//! directory listings in many small batches, many times over, must each end (its listing
+//! stream lost a wake-up between batches and hung), and so must many large requests that
+//! Samba serves asynchronously (it dropped the credits granted in interim responses).
 
 use std::process::Command;
 use std::str::FromStr;
 use std::time::Duration;
 
-use quarry_tests::smb_workloads::{small_write, write_then_read_back, Target};
-use quarry_tests::{xorshift_bytes, QuarryProcess};
+use quarry_tests::samba::{Smbd, SmbdConfig};
+use quarry_tests::smb_workloads::{
+    small_write, write_then_read_back, write_then_read_back_in, Target,
+};
+use quarry_tests::{free_port, xorshift_bytes, QuarryProcess};
 use serde_json::{json, Value};
 use smb::{Client, ClientConfig, ConnectionConfig, UncPath};
 
@@ -218,5 +223,54 @@ fn smb_crate_listings_in_many_batches_always_end() {
         for l in listers {
             l.await.expect("lister");
         }
+    });
+}
+
+/// Samba with every READ and WRITE on its thread pool answers each one that takes a while
+/// (an 8 MiB one does) with an interim STATUS_PENDING, which carries the request's credits
+/// (MS-SMB2 3.3.1.2); the final response grants none. The crate used to count only the
+/// final response's grant, so each such request lost its 128 credits, and it hung once its
+/// credits ran out. A round trip in 8 MiB requests must end, and read back what it wrote.
+#[test]
+fn smb_crate_keeps_the_credits_samba_grants_in_interim_responses() {
+    const USER: &str = "quarrycredits";
+    const PASS: &str = "credits-Secret-9";
+    /// Eight WRITEs and eight READs of 8 MiB: several times the credits the crate keeps in
+    /// hand.
+    const PIECE: usize = 8 * 1024 * 1024;
+    const LEN: usize = 8 * PIECE;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port().expect("free port");
+    let _smbd = Smbd::start(
+        dir.path(),
+        &SmbdConfig {
+            port,
+            share: "ref",
+            user: USER,
+            password: PASS,
+            aio_from: 1,
+        },
+    )
+    .expect("smbd starts");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = Client::new(ClientConfig {
+            connection: ConnectionConfig {
+                port: Some(port),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let share = UncPath::from_str(&format!(r"\\127.0.0.1:{port}\ref")).unwrap();
+        let data = xorshift_bytes(LEN, 4);
+        let round_trip = async {
+            client.share_connect(&share, USER, PASS.to_string()).await?;
+            write_then_read_back_in(&client, &share.with_path("ckpt.bin"), &data, PIECE).await
+        };
+        let back = tokio::time::timeout(Duration::from_secs(60), round_trip)
+            .await
+            .expect("the round trip with Samba stalled")
+            .expect("round trip with Samba");
+        assert!(back == data, "data read back from Samba differs");
     });
 }

@@ -128,8 +128,13 @@ pub trait Worker: Sized + std::fmt::Debug {
             async_msg_ids.set(options.msg_id, async_id);
         }
 
+        // Quarry's patch: a server grants an asynchronous request's credits in the interim
+        // response and none in the final one (MS-SMB2 3.3.1.2, 3.3.4.3). Only the final
+        // response reaches the credit accounting, so the interim responses' grants ride on
+        // it; dropping them leaked every credit of such a request. See QUARRY-PATCH.md.
+        let mut interim_grant = curr.message.header.credit_request;
         loop {
-            let msg = self.receive_next_cancellable(options).await?;
+            let mut msg = self.receive_next_cancellable(options).await?;
 
             // Check if the message is async and has the same ID.
             if !msg.message.header.flags.async_command()
@@ -149,8 +154,11 @@ pub trait Worker: Sized + std::fmt::Debug {
 
             // We've got a result!
             if msg.message.header.status != Status::Pending as u32 {
+                let header = &mut msg.message.header;
+                header.credit_request = header.credit_request.saturating_add(interim_grant);
                 return Ok(msg);
             }
+            interim_grant = interim_grant.saturating_add(msg.message.header.credit_request);
 
             log::debug!(
                 "Received another async pending message with ID {} and status {}.",
