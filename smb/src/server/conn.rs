@@ -194,10 +194,10 @@ pub async fn run_connection(
     }
     conn.state.channels.clear();
     conn.inbox_rx.close();
-    // The writer ends only when every sender is gone, this connection's own included.
+    // The writer ends once every sender is gone: this connection's own (given up here), this
+    // loop's, and those of READs and WRITEs still running. Responses already queued (a
+    // LOGOFF's, say) go out first.
     conn.out = conn.out.detached();
-    // The writer ends once every sender is gone: this loop's and those of READs and WRITEs
-    // still running. Responses already queued (a LOGOFF's, say) go out first.
     let flushed = tokio::time::timeout(FLUSH_TIMEOUT, writer).await;
     conn.cleanup().await;
     conn.shared
