@@ -7,22 +7,21 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::Poll;
 
-use tokio::io::{AsyncReadExt, BufReader};
+use tokio::io::{AsyncRead, BufReader};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::crypto::PreauthHash;
-use crate::proto::framing::{parse_frame_header, Frame, FRAME_HEADER_LEN};
 use crate::proto::header::{FLAG_ASYNC_COMMAND, FLAG_SERVER_TO_REDIR, FLAG_SIGNED};
-use crate::proto::io::{write_data_placement, WRITE_PLACEMENT_PREFIX};
 use crate::proto::request::{request_file_id, split_compound};
 use crate::proto::transform::{is_transform, TransformHeader, TRANSFORM_LEN};
 use crate::proto::{smb1, status, Command, FileId, Header, HEADER_LEN};
 
-use super::bufpool::{BufPool, OutBuf, Received, POOLED_RECEIVE_MIN};
+use super::bufpool::{OutBuf, Received};
 use super::channel::{Channel, ElementCheck, Forward, Inbound, Signature, Via};
 use super::credits::CreditWindow;
 use super::dispatch::{self, Ctx, Deferred, PreauthTarget, Reply};
+use super::frames::FrameReader;
 use super::outbox::Outbox;
 use super::pending::{PendingOp, MAX_PENDING_PER_CONNECTION, PENDING_POLL};
 use super::shared::SharedState;
@@ -55,68 +54,6 @@ fn violation(what: impl Into<String>) -> ConnError {
     ConnError::Protocol(what.into())
 }
 
-/// Reads one framed message; `Ok(None)` on a clean EOF. Large messages go into buffers
-/// from `pool` (see [`Received`]).
-async fn read_frame<R: AsyncReadExt + Unpin>(
-    rd: &mut R,
-    pool: &Arc<BufPool>,
-) -> Result<Option<Received>, ConnError> {
-    loop {
-        let mut h = [0u8; FRAME_HEADER_LEN];
-        match rd.read_exact(&mut h).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-            Err(e) => return Err(e.into()),
-        }
-        match parse_frame_header(h).map_err(|e| violation(e.to_string()))? {
-            Frame::KeepAlive(n) => {
-                let mut skip = vec![0u8; n.min(16)];
-                rd.read_exact(&mut skip).await?;
-            }
-            Frame::Message(n) if n >= POOLED_RECEIVE_MIN => {
-                return read_pooled_message(rd, n, pool).await.map(Some)
-            }
-            Frame::Message(n) => return read_message(rd, n).await.map(|m| Some(m.into())),
-        }
-    }
-}
-
-/// Reads a large message of `n` bytes into a pooled buffer, placed from its first bytes
-/// so that a WRITE's data lands at an address aligned as its file offset is
-/// ([`write_data_placement`]): the storage backend can then write it with `O_DIRECT`
-/// as it is, and the buffer is already faulted in.
-async fn read_pooled_message<R: AsyncReadExt + Unpin>(
-    rd: &mut R,
-    n: usize,
-    pool: &Arc<BufPool>,
-) -> Result<Received, ConnError> {
-    let mut prefix = [0u8; WRITE_PLACEMENT_PREFIX];
-    let prefix = &mut prefix[..WRITE_PLACEMENT_PREFIX.min(n)];
-    rd.read_exact(prefix).await?;
-    let (lead, file_offset) = write_data_placement(prefix);
-    let mut msg = Received::pooled(pool, n, lead, file_offset);
-    let (head, rest) = msg.split_at_mut(prefix.len());
-    head.copy_from_slice(prefix);
-    rd.read_exact(rest).await?;
-    Ok(msg)
-}
-
-/// Reads a message of `n` bytes into a new buffer without zeroing it first: an 8 MiB
-/// WRITE's `vec![0; n]` was a `memset` of 8% of a checkpoint write's samples, for
-/// bytes the socket read overwrites at once (tests/bench/RESULTS.md, step 19).
-async fn read_message<R: AsyncReadExt + Unpin>(rd: &mut R, n: usize) -> Result<Vec<u8>, ConnError> {
-    use bytes::BufMut;
-    let mut buf = Vec::with_capacity(n);
-    while buf.len() < n {
-        let left = n - buf.len();
-        // `limit` keeps the read inside the message (and the vector from growing).
-        if rd.read_buf(&mut (&mut buf).limit(left)).await? == 0 {
-            return Err(ConnError::Io(std::io::ErrorKind::UnexpectedEof.into()));
-        }
-    }
-    Ok(buf)
-}
-
 /// Runs one connection to completion.
 pub async fn run_connection(
     sock: TcpStream,
@@ -130,7 +67,7 @@ pub async fn run_connection(
     let (breaks_tx, breaks_rx) = tokio::sync::mpsc::unbounded_channel();
     let (inbox_tx, inbox_rx) = tokio::sync::mpsc::channel(super::channel::FORWARD_QUEUE);
     let (rd, wr) = sock.into_split();
-    let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
+    let rd = BufReader::with_capacity(READ_BUFFER, rd);
     let conn_id = shared.sessions().next_conn_id();
     let traffic = Arc::new(super::ChannelTraffic::new(peer, local));
     let (out, writer) = Outbox::new(wr, shared.clone(), traffic.clone());
@@ -162,27 +99,11 @@ pub async fn run_connection(
         traffic: traffic.clone(),
     };
     let _closed = conn.closed.clone().drop_guard();
-    let (tx, rx) = tokio::sync::mpsc::channel(FRAME_QUEUE);
-    let counted = traffic.clone();
-    let pool = conn.shared.bufs().clone();
-    let reader = tokio::spawn(async move {
-        loop {
-            let r = read_frame(&mut rd, &pool).await;
-            if let Ok(Some(f)) = &r {
-                counted
-                    .received
-                    .fetch_add(f.len() as u64 + 4, std::sync::atomic::Ordering::Relaxed);
-            }
-            let more = matches!(r, Ok(Some(_)));
-            if tx.send(r).await.is_err() || !more {
-                return;
-            }
-        }
-    });
+    let mut frames = FrameReader::new(rd, conn.shared.bufs().clone());
     let writer = tokio::spawn(writer.run());
-    let result = serve_frames(&mut conn, rx, breaks_rx, out, &shutdown).await;
+    let result = serve_frames(&mut conn, &mut frames, breaks_rx, out, &shutdown).await;
     conn.gone.cancel();
-    reader.abort();
+    drop(frames);
     // Sessions with surviving channels move to one of them before this connection stops
     // taking requests from its channels, so that a channel whose request is lost here
     // finds the adoption waiting in its own inbox.
@@ -212,9 +133,6 @@ pub async fn run_connection(
     }
 }
 
-/// Frames read ahead of processing. Each may be up to `MAX_FRAME_LEN` (about 8 MiB), so this
-/// bounds a connection's buffered input to a few frames.
-const FRAME_QUEUE: usize = 2;
 /// Bytes of READ/WRITE payload a connection may have in flight off its request loop; more
 /// waits (each READ or WRITE is at most `MAX_IO_SIZE`, 8 MiB). Units of [`BUDGET_UNIT`].
 const INFLIGHT_BUDGET: u32 = (64 * 1024 * 1024 / BUDGET_UNIT) as u32;
@@ -222,7 +140,6 @@ const INFLIGHT_BUDGET: u32 = (64 * 1024 * 1024 / BUDGET_UNIT) as u32;
 const BUDGET_UNIT: usize = 64 * 1024;
 /// How long a closing connection waits for queued and in-flight responses.
 const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-type FrameRx = tokio::sync::mpsc::Receiver<Result<Option<Received>, ConnError>>;
 
 /// Sends the request loop's responses in order (written at once when nothing is queued);
 /// an error means the socket is gone.
@@ -281,9 +198,9 @@ async fn serve_inbound(conn: &mut Connection, msg: Inbound, out: &Outbox) -> Res
 /// Processes frames until EOF, error, timeout or cancellation, completing asynchronous
 /// operations in between. READs and WRITEs that stand alone run as their own tasks, bounded
 /// by [`INFLIGHT_BUDGET`], while later requests are read and answered.
-async fn serve_frames(
+async fn serve_frames<R: AsyncRead + Unpin>(
     conn: &mut Connection,
-    mut rx: FrameRx,
+    frames: &mut FrameReader<R>,
     mut breaks: tokio::sync::mpsc::UnboundedReceiver<crate::oplock::BreakNotice>,
     out: Outbox,
     shutdown: &CancellationToken,
@@ -319,13 +236,17 @@ async fn serve_frames(
                 finish_pending(conn, &out).await?;
                 continue;
             }
-            r = tokio::time::timeout(limit, rx.recv()) => match r {
+            // Cancel-safe: a frame partly read when another branch wins is finished on
+            // the next pass (see `frames`).
+            r = tokio::time::timeout(limit, frames.next()) => match r {
                 Err(_) => return Err(ConnError::Timeout),
-                Ok(None) => return Ok(()),
-                Ok(Some(r)) => r?,
+                Ok(r) => r?,
             },
         };
         let Some(frame) = frame else { return Ok(()) };
+        conn.traffic
+            .received
+            .fetch_add(frame.len() as u64 + 4, std::sync::atomic::Ordering::Relaxed);
         let units = u32::try_from(frame.len().div_ceil(BUDGET_UNIT).max(1))
             .unwrap_or(INFLIGHT_BUDGET)
             .min(INFLIGHT_BUDGET);
@@ -1687,110 +1608,5 @@ async fn close_or_keep(
             _ => o,
         };
         let _ = super::handlers::create::close_open(o).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::proto::framing::frame_header;
-    use tokio::io::AsyncWriteExt;
-
-    /// Frames arrive whole however the socket splits them; keep-alives are skipped, and
-    /// a message cut short is an error, not a frame.
-    #[tokio::test]
-    async fn frames_are_read_whole_across_split_reads() {
-        let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-        let mut wire = Vec::new();
-        for m in [&b"first"[..], &big[..]] {
-            wire.extend_from_slice(&frame_header(m.len()).unwrap());
-            wire.extend_from_slice(m);
-        }
-        // A NetBIOS keep-alive (type 0x85, no length) between messages.
-        wire.extend_from_slice(&[0x85, 0, 0, 0]);
-        wire.extend_from_slice(&frame_header(3).unwrap());
-        wire.extend_from_slice(b"end");
-        let (mut tx, rx) = tokio::io::duplex(1000);
-        let writer = tokio::spawn(async move {
-            for piece in wire.chunks(777) {
-                tx.write_all(piece).await.unwrap();
-            }
-        });
-        let mut rd = BufReader::with_capacity(512, rx);
-        let pool = Arc::new(BufPool::default());
-        let first = read_frame(&mut rd, &pool).await.unwrap().unwrap();
-        assert_eq!(&*first, b"first");
-        assert!(*read_frame(&mut rd, &pool).await.unwrap().unwrap() == big[..]);
-        assert_eq!(&*read_frame(&mut rd, &pool).await.unwrap().unwrap(), b"end");
-        writer.await.unwrap();
-        assert!(
-            read_frame(&mut rd, &pool).await.unwrap().is_none(),
-            "clean end"
-        );
-
-        for cut in [10, POOLED_RECEIVE_MIN + 10] {
-            let (mut tx, rx) = tokio::io::duplex(1000);
-            tx.write_all(&frame_header(cut).unwrap()).await.unwrap();
-            tx.write_all(b"short").await.unwrap();
-            drop(tx);
-            let mut rd = BufReader::new(rx);
-            assert!(read_frame(&mut rd, &pool).await.is_err(), "{cut} cut short");
-        }
-    }
-
-    /// A large WRITE is read into a pooled buffer with its data at an address aligned as
-    /// its file offset is (plain), or aligned for a lone WRITE behind a transform header
-    /// (encrypted); the buffer goes back to the pool when the message is dropped.
-    #[tokio::test]
-    async fn large_writes_land_aligned_in_pooled_buffers() {
-        use crate::proto::io::WriteRequest;
-        use crate::server::bufpool::DATA_ALIGN;
-        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
-        let pool = Arc::new(BufPool::default());
-        for file_offset in [0u64, 8 << 20, (1 << 20) + 513] {
-            let mut msg = Vec::new();
-            Header {
-                command: Command::Write as u16,
-                ..Default::default()
-            }
-            .encode(&mut msg);
-            WriteRequest {
-                offset: file_offset,
-                file_id: FileId::default(),
-                flags: 0,
-                data: &data,
-            }
-            .encode(&mut msg);
-            let mut wire = frame_header(msg.len()).unwrap().to_vec();
-            wire.extend_from_slice(&msg);
-            let mut rd = BufReader::new(&wire[..]);
-            let got = read_frame(&mut rd, &pool).await.unwrap().unwrap();
-            assert!(*got == msg[..]);
-            let req = WriteRequest::decode(&got).unwrap();
-            assert_eq!(req.data, &data[..]);
-            let at = req.data.as_ptr() as usize % DATA_ALIGN;
-            assert_eq!(
-                at as u64,
-                file_offset % DATA_ALIGN as u64,
-                "at {file_offset}"
-            );
-            let buffer = got.as_ptr();
-            drop(got);
-            let again = pool.take(1);
-            assert!(again.as_ptr() <= buffer, "back in the pool");
-            assert!(buffer < again.as_ptr().wrapping_add(again.len()));
-            pool.give(again);
-        }
-        let mut sealed = crate::proto::transform::TRANSFORM_MAGIC.to_vec();
-        sealed.resize(POOLED_RECEIVE_MIN + 1000, 7);
-        let mut wire = frame_header(sealed.len()).unwrap().to_vec();
-        wire.extend_from_slice(&sealed);
-        let got = read_frame(&mut BufReader::new(&wire[..]), &pool)
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(*got == sealed[..]);
-        let data_at = got.as_ptr() as usize + TRANSFORM_LEN + WRITE_PLACEMENT_PREFIX;
-        assert_eq!(data_at % DATA_ALIGN, 0);
     }
 }

@@ -8,6 +8,8 @@
 //! - [`state`]: connection / session / tree / open tables.
 //! - [`conn`]: one connection: framing, SMB1 upgrade, decryption, compound splitting, signature
 //!   checks, and the sign/encrypt/frame of every response.
+//! - [`frames`]: a connection's receiving side: direct-TCP frames read by the request loop
+//!   itself, cancel-safe inside its `select!`.
 //! - [`outbox`]: a connection's sending side: the writer task's queue, and the request
 //!   loop's direct write when nothing is queued.
 //! - [`channel`]: multichannel: the session directory, binding checks, and the forwarding
@@ -26,6 +28,7 @@ pub mod conn;
 pub mod credits;
 pub mod dispatch;
 pub mod durable;
+pub mod frames;
 pub mod handlers;
 pub mod nic;
 pub mod outbox;

@@ -1,0 +1,336 @@
+//! Reading a connection's direct-TCP frames (MS-SMB2 2.1) off its socket, one at a time,
+//! in a way the request loop can wait on inside its `select!`.
+//!
+//! The loop reads its own requests: a reader task in front of it cost a channel hand-off
+//! and a wake-up per request (tests/bench/RESULTS.md, step 28). A wait the loop drops
+//! because another branch won (a break notice, say) must lose nothing, so everything read
+//! so far lives in the [`FrameReader`], never in the future: each await is a single
+//! `read` whose bytes are kept as soon as it returns, and the next call goes on from there.
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::proto::framing::{parse_frame_header, Frame, FRAME_HEADER_LEN};
+use crate::proto::io::{write_data_placement, WRITE_PLACEMENT_PREFIX};
+
+use super::bufpool::{BufPool, Received, POOLED_RECEIVE_MIN};
+use super::conn::ConnError;
+
+/// Bytes of a NetBIOS keep-alive's body that are skipped; a longer one ends the
+/// connection's framing (its length is meant to be 0).
+const KEEP_ALIVE_MAX: usize = 16;
+
+/// Reads framed messages from `R`; cancel-safe (see the module doc). Messages of
+/// [`POOLED_RECEIVE_MIN`] bytes or more go into buffers from the pool (see [`Received`]).
+pub struct FrameReader<R> {
+    rd: R,
+    pool: Arc<BufPool>,
+    state: State,
+}
+
+/// How far the frame being read has come.
+enum State {
+    /// Reading the frame header; `filled` of its bytes are in.
+    Header {
+        got: [u8; FRAME_HEADER_LEN],
+        filled: usize,
+    },
+    /// Skipping what is left of a keep-alive's body.
+    Skip { left: usize },
+    /// Reading the first bytes of a large message, which say where its data should land
+    /// ([`write_data_placement`]); `len` is the whole message's length.
+    Prefix {
+        len: usize,
+        got: [u8; WRITE_PLACEMENT_PREFIX],
+        filled: usize,
+    },
+    /// Reading the rest of a large message into its pooled buffer.
+    Pooled { msg: Received, filled: usize },
+    /// Reading a small message into a vector that grows only into its reserved capacity
+    /// (no zeroing first: RESULTS.md, step 19).
+    Small { msg: Vec<u8>, len: usize },
+}
+
+impl State {
+    fn header() -> State {
+        State::Header {
+            got: [0; FRAME_HEADER_LEN],
+            filled: 0,
+        }
+    }
+}
+
+fn cut_short() -> ConnError {
+    ConnError::Io(std::io::ErrorKind::UnexpectedEof.into())
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// A reader of `rd`'s frames, taking large messages' buffers from `pool`.
+    pub fn new(rd: R, pool: Arc<BufPool>) -> FrameReader<R> {
+        FrameReader {
+            rd,
+            pool,
+            state: State::header(),
+        }
+    }
+
+    /// The next message; `Ok(None)` on a clean end of stream (between frames). Dropping
+    /// the future before it is ready loses nothing: a later call goes on where it stopped.
+    pub async fn next(&mut self) -> Result<Option<Received>, ConnError> {
+        let FrameReader { rd, pool, state } = self;
+        loop {
+            match state {
+                State::Header { got, filled } => {
+                    let n = rd.read(&mut got[*filled..]).await?;
+                    if n == 0 {
+                        return match *filled {
+                            0 => Ok(None),
+                            _ => Err(cut_short()),
+                        };
+                    }
+                    *filled += n;
+                    if *filled < FRAME_HEADER_LEN {
+                        continue;
+                    }
+                    *state = match parse_frame_header(*got)
+                        .map_err(|e| ConnError::Protocol(e.to_string()))?
+                    {
+                        Frame::KeepAlive(n) => State::Skip {
+                            left: n.min(KEEP_ALIVE_MAX),
+                        },
+                        Frame::Message(len) if len >= POOLED_RECEIVE_MIN => State::Prefix {
+                            len,
+                            got: [0; WRITE_PLACEMENT_PREFIX],
+                            filled: 0,
+                        },
+                        Frame::Message(len) => State::Small {
+                            msg: Vec::with_capacity(len),
+                            len,
+                        },
+                    };
+                }
+                State::Skip { left } => {
+                    if *left > 0 {
+                        let mut skip = [0u8; KEEP_ALIVE_MAX];
+                        let n = rd.read(&mut skip[..*left]).await?;
+                        if n == 0 {
+                            return Err(cut_short());
+                        }
+                        *left -= n;
+                    }
+                    if *left == 0 {
+                        *state = State::header();
+                    }
+                }
+                State::Prefix { len, got, filled } => {
+                    // `len` is at least POOLED_RECEIVE_MIN, far more than the prefix.
+                    let n = rd.read(&mut got[*filled..]).await?;
+                    if n == 0 {
+                        return Err(cut_short());
+                    }
+                    *filled += n;
+                    if *filled == WRITE_PLACEMENT_PREFIX {
+                        let (lead, file_offset) = write_data_placement(got);
+                        let mut msg = Received::pooled(pool, *len, lead, file_offset);
+                        msg[..WRITE_PLACEMENT_PREFIX].copy_from_slice(got);
+                        *state = State::Pooled {
+                            msg,
+                            filled: WRITE_PLACEMENT_PREFIX,
+                        };
+                    }
+                }
+                State::Pooled { msg, filled } => {
+                    if *filled < msg.len() {
+                        let n = rd.read(&mut msg[*filled..]).await?;
+                        if n == 0 {
+                            return Err(cut_short());
+                        }
+                        *filled += n;
+                    }
+                    if *filled == msg.len() {
+                        if let State::Pooled { msg, .. } = std::mem::replace(state, State::header())
+                        {
+                            return Ok(Some(msg));
+                        }
+                    }
+                }
+                State::Small { msg, len } => {
+                    use bytes::BufMut;
+                    let left = *len - msg.len();
+                    // `limit` keeps the read inside the message (and the vector from growing).
+                    if left > 0 && rd.read_buf(&mut (&mut *msg).limit(left)).await? == 0 {
+                        return Err(cut_short());
+                    }
+                    if msg.len() == *len {
+                        let msg = std::mem::take(msg);
+                        *state = State::header();
+                        return Ok(Some(msg.into()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::framing::frame_header;
+    use crate::proto::transform::TRANSFORM_LEN;
+    use crate::proto::{Command, FileId, Header};
+    use tokio::io::{AsyncWriteExt, BufReader};
+
+    /// The wire form of `msgs`, each framed, with a NetBIOS keep-alive (type 0x85, no
+    /// length) before the last.
+    fn wire_of(msgs: &[&[u8]]) -> Vec<u8> {
+        let mut wire = Vec::new();
+        for (i, m) in msgs.iter().enumerate() {
+            if i + 1 == msgs.len() {
+                wire.extend_from_slice(&[0x85, 0, 0, 0]);
+            }
+            wire.extend_from_slice(&frame_header(m.len()).unwrap());
+            wire.extend_from_slice(m);
+        }
+        wire
+    }
+
+    fn reader_of<R: AsyncRead + Unpin>(rd: R) -> FrameReader<BufReader<R>> {
+        FrameReader::new(
+            BufReader::with_capacity(512, rd),
+            Arc::new(BufPool::default()),
+        )
+    }
+
+    /// Frames arrive whole however the socket splits them; keep-alives are skipped, and
+    /// a message cut short is an error, not a frame.
+    #[tokio::test]
+    async fn frames_are_read_whole_across_split_reads() {
+        let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let wire = wire_of(&[b"first", &big, b"", b"end"]);
+        let (mut tx, rx) = tokio::io::duplex(1000);
+        let writer = tokio::spawn(async move {
+            for piece in wire.chunks(777) {
+                tx.write_all(piece).await.unwrap();
+            }
+        });
+        let mut frames = reader_of(rx);
+        assert_eq!(&*frames.next().await.unwrap().unwrap(), b"first");
+        assert!(*frames.next().await.unwrap().unwrap() == big[..]);
+        assert!(frames.next().await.unwrap().unwrap().is_empty());
+        assert_eq!(&*frames.next().await.unwrap().unwrap(), b"end");
+        writer.await.unwrap();
+        assert!(frames.next().await.unwrap().is_none(), "clean end");
+
+        for (cut, sent) in [(10, &b"short"[..]), (POOLED_RECEIVE_MIN + 10, b"short")] {
+            let (mut tx, rx) = tokio::io::duplex(1000);
+            tx.write_all(&frame_header(cut).unwrap()).await.unwrap();
+            tx.write_all(sent).await.unwrap();
+            drop(tx);
+            assert!(reader_of(rx).next().await.is_err(), "{cut} cut short");
+        }
+        // A header cut short is an error too; nothing at all is a clean end.
+        let (mut tx, rx) = tokio::io::duplex(1000);
+        tx.write_all(&[0, 0]).await.unwrap();
+        drop(tx);
+        assert!(reader_of(rx).next().await.is_err(), "header cut short");
+    }
+
+    /// The request loop drops a wait for the next frame whenever another branch of its
+    /// `select!` wins. Dropped at every point of a frame (header, keep-alive, a large
+    /// message's prefix and body, a small message), the reader still yields every message
+    /// whole and in order.
+    #[tokio::test]
+    async fn waits_dropped_midway_lose_nothing() {
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8).collect();
+        let small: Vec<u8> = (0..3_000u32).map(|i| (i % 239) as u8).collect();
+        let msgs: Vec<&[u8]> = vec![&small, &big, b"x", &big, &small];
+        let wire = wire_of(&msgs);
+        let (mut tx, rx) = tokio::io::duplex(64);
+        let writer = tokio::spawn(async move {
+            for piece in wire.chunks(61) {
+                tx.write_all(piece).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        });
+        let mut frames = reader_of(rx);
+        let (mut got, mut dropped_midframe) = (Vec::new(), 0);
+        loop {
+            tokio::select! {
+                biased;
+                r = frames.next() => match r.unwrap() {
+                    Some(m) => got.push(m),
+                    None => break,
+                },
+                _ = tokio::task::yield_now() => {
+                    let between = matches!(frames.state, State::Header { filled: 0, .. });
+                    dropped_midframe += usize::from(!between);
+                }
+            }
+        }
+        writer.await.unwrap();
+        assert_eq!(got.len(), msgs.len());
+        for (i, (g, m)) in got.iter().zip(&msgs).enumerate() {
+            assert!(**g == **m, "message {i}");
+        }
+        assert!(
+            dropped_midframe > 100,
+            "only {dropped_midframe} waits dropped mid-frame"
+        );
+    }
+
+    /// `msg` framed (behind a keep-alive), read back by a reader of its own over `pool`.
+    async fn read_one(msg: &[u8], pool: &Arc<BufPool>) -> Received {
+        let wire = wire_of(&[msg]);
+        let mut frames = FrameReader::new(&wire[..], pool.clone());
+        frames.next().await.unwrap().unwrap()
+    }
+
+    /// A large WRITE is read into a pooled buffer with its data at an address aligned as
+    /// its file offset is (plain), or aligned for a lone WRITE behind a transform header
+    /// (encrypted); the buffer goes back to the pool when the message is dropped.
+    #[tokio::test]
+    async fn large_writes_land_aligned_in_pooled_buffers() {
+        use crate::proto::io::WriteRequest;
+        use crate::server::bufpool::DATA_ALIGN;
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+        let pool = Arc::new(BufPool::default());
+        for file_offset in [0u64, 8 << 20, (1 << 20) + 513] {
+            let mut msg = Vec::new();
+            Header {
+                command: Command::Write as u16,
+                ..Default::default()
+            }
+            .encode(&mut msg);
+            WriteRequest {
+                offset: file_offset,
+                file_id: FileId::default(),
+                flags: 0,
+                data: &data,
+            }
+            .encode(&mut msg);
+            let got = read_one(&msg, &pool).await;
+            assert!(*got == msg[..]);
+            let req = WriteRequest::decode(&got).unwrap();
+            assert_eq!(req.data, &data[..]);
+            let at = req.data.as_ptr() as usize % DATA_ALIGN;
+            assert_eq!(
+                at as u64,
+                file_offset % DATA_ALIGN as u64,
+                "at {file_offset}"
+            );
+            let buffer = got.as_ptr();
+            drop(got);
+            let again = pool.take(1);
+            assert!(again.as_ptr() <= buffer, "back in the pool");
+            assert!(buffer < again.as_ptr().wrapping_add(again.len()));
+            pool.give(again);
+        }
+        let mut sealed = crate::proto::transform::TRANSFORM_MAGIC.to_vec();
+        sealed.resize(POOLED_RECEIVE_MIN + 1000, 7);
+        let got = read_one(&sealed, &pool).await;
+        assert!(*got == sealed[..]);
+        let data_at = got.as_ptr() as usize + TRANSFORM_LEN + WRITE_PLACEMENT_PREFIX;
+        assert_eq!(data_at % DATA_ALIGN, 0);
+    }
+}
