@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context};
+use anyhow::{bail, ensure, Context};
 
 /// How long `smbd` may take to listen after it is started.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -88,9 +88,14 @@ impl Smbd {
             .stderr(Stdio::null())
             .spawn()
             .context("smbd (Debian package samba)")?;
-        let smbd = Smbd { child, share_dir };
+        let mut smbd = Smbd { child, share_dir };
         let deadline = Instant::now() + START_TIMEOUT;
         while std::net::TcpStream::connect(("127.0.0.1", c.port)).is_err() {
+            // An smbd that refuses its smb.conf exits at once: say so now, not at the
+            // deadline (its reasons are in the log directory).
+            if let Some(status) = smbd.child.try_wait()? {
+                bail!("smbd exited ({status}) before listening; see {}", p("log"));
+            }
             ensure!(
                 Instant::now() < deadline,
                 "smbd did not listen on {}",
