@@ -17,8 +17,8 @@ use crate::proto::io::{write_data_placement, WRITE_PLACEMENT_PREFIX};
 use super::bufpool::{BufPool, Received, POOLED_RECEIVE_MIN};
 use super::conn::ConnError;
 
-/// Bytes of a NetBIOS keep-alive's body that are skipped; a longer one ends the
-/// connection's framing (its length is meant to be 0).
+/// Bytes of a NetBIOS keep-alive's body that are skipped; a longer one is a protocol
+/// violation (RFC 1002 gives it none).
 const KEEP_ALIVE_MAX: usize = 16;
 
 /// Reads framed messages from `R`; cancel-safe (see the module doc). Messages of
@@ -96,9 +96,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     *state = match parse_frame_header(*got)
                         .map_err(|e| ConnError::Protocol(e.to_string()))?
                     {
-                        Frame::KeepAlive(n) => State::Skip {
-                            left: n.min(KEEP_ALIVE_MAX),
-                        },
+                        Frame::KeepAlive(left) if left <= KEEP_ALIVE_MAX => State::Skip { left },
+                        Frame::KeepAlive(n) => {
+                            return Err(ConnError::Protocol(format!("keep-alive of {n} bytes")))
+                        }
                         Frame::Message(len) if len >= POOLED_RECEIVE_MIN => State::Prefix {
                             len,
                             got: [0; WRITE_PLACEMENT_PREFIX],
@@ -276,6 +277,152 @@ mod tests {
         assert!(
             dropped_midframe > 100,
             "only {dropped_midframe} waits dropped mid-frame"
+        );
+    }
+
+    /// A small deterministic generator (xorshift64*), so a failing case can be replayed.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+        }
+    }
+
+    /// A socket that hands out random pieces of `wire` and says "not yet" at random.
+    struct Trickle {
+        wire: Vec<u8>,
+        at: usize,
+        rng: Rng,
+    }
+    impl AsyncRead for Trickle {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if self.rng.below(3) == 0 {
+                return std::task::Poll::Pending;
+            }
+            let piece = 1 + self.rng.below(3000);
+            let n = piece.min(buf.remaining()).min(self.wire.len() - self.at);
+            let at = self.at;
+            buf.put_slice(&self.wire[at..at + n]);
+            self.at += n;
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    /// What the wire holds, read the simple way with the whole of it at hand: the messages
+    /// in order, then whether it ends cleanly (between frames) or with an error.
+    fn frames_of(wire: &[u8]) -> (Vec<Vec<u8>>, bool) {
+        let mut msgs = Vec::new();
+        let mut at = 0;
+        while at < wire.len() {
+            let Some(h) = wire.get(at..at + FRAME_HEADER_LEN) else {
+                return (msgs, false);
+            };
+            at += FRAME_HEADER_LEN;
+            let body = match parse_frame_header([h[0], h[1], h[2], h[3]]) {
+                Ok(Frame::Message(n)) => n,
+                Ok(Frame::KeepAlive(n)) if n <= KEEP_ALIVE_MAX => {
+                    at += n;
+                    if at > wire.len() {
+                        return (msgs, false);
+                    }
+                    continue;
+                }
+                _ => return (msgs, false),
+            };
+            let Some(m) = wire.get(at..at + body) else {
+                return (msgs, false);
+            };
+            msgs.push(m.to_vec());
+            at += body;
+        }
+        (msgs, true)
+    }
+
+    /// Random streams of messages (small, empty and pooled), keep-alives, bad headers and
+    /// cut-short ends, delivered in random pieces through a `BufReader` of random size,
+    /// with each wait polled a random number of times and then dropped: the reader yields
+    /// exactly what the simple reading of the whole stream finds, and ends the same way.
+    #[test]
+    fn random_streams_read_as_a_whole_reading_finds() {
+        use std::future::Future;
+        use std::task::{Context, Poll, Waker};
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let pool = Arc::new(BufPool::default());
+        let (mut pooled, mut cut, mut whole) = (0, 0, 0);
+        for case in 0..400 {
+            let mut wire = Vec::new();
+            for _ in 0..rng.below(6) {
+                match rng.below(10) {
+                    0 => {
+                        // A keep-alive, now and then with a body (too long, at times).
+                        let n = [0, 0, 3, KEEP_ALIVE_MAX, KEEP_ALIVE_MAX + 1][rng.below(5)];
+                        wire.extend_from_slice(&[0x85, 0, 0, n as u8]);
+                        wire.extend(std::iter::repeat_n(0xee, n));
+                    }
+                    1 => wire.extend_from_slice(&[rng.below(256) as u8, 0, 0, 9]),
+                    k => {
+                        let len = match k {
+                            2 | 3 => POOLED_RECEIVE_MIN + rng.below(5000),
+                            4 => 0,
+                            _ => rng.below(600),
+                        };
+                        wire.extend_from_slice(&frame_header(len).unwrap());
+                        wire.extend((0..len).map(|_| rng.below(256) as u8));
+                    }
+                }
+            }
+            if rng.below(4) == 0 {
+                wire.truncate(rng.below(wire.len() + 1));
+            }
+            let (want, clean) = frames_of(&wire);
+            let trickle = Trickle {
+                wire,
+                at: 0,
+                rng: Rng(rng.0 ^ 0xabcd),
+            };
+            let buffer = 1 + rng.below(700);
+            let mut frames =
+                FrameReader::new(BufReader::with_capacity(buffer, trickle), pool.clone());
+            let mut cx = Context::from_waker(Waker::noop());
+            let mut got = Vec::new();
+            let ended_clean = loop {
+                let polls = 1 + rng.below(4);
+                let mut next = std::pin::pin!(frames.next());
+                let mut done = None;
+                for _ in 0..polls {
+                    if let Poll::Ready(r) = next.as_mut().poll(&mut cx) {
+                        done = Some(r);
+                        break;
+                    }
+                }
+                match done {
+                    None => continue,
+                    Some(Ok(Some(m))) => got.push(m.to_vec()),
+                    Some(Ok(None)) => break true,
+                    Some(Err(_)) => break false,
+                }
+            };
+            assert_eq!(got.len(), want.len(), "case {case}: messages");
+            assert!(got == want, "case {case}: message bytes");
+            assert_eq!(ended_clean, clean, "case {case}: how it ended");
+            pooled += got.iter().filter(|m| m.len() >= POOLED_RECEIVE_MIN).count();
+            (cut, whole) = if clean {
+                (cut, whole + 1)
+            } else {
+                (cut + 1, whole)
+            };
+        }
+        // The cases reach every kind of frame and both ends.
+        assert!(
+            pooled > 100 && cut > 50 && whole > 50,
+            "{pooled} {cut} {whole}"
         );
     }
 
