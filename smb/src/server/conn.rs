@@ -103,6 +103,7 @@ pub async fn run_connection(
     let writer = tokio::spawn(writer.run());
     let result = serve_frames(&mut conn, &mut frames, breaks_rx, out, &shutdown).await;
     conn.gone.cancel();
+    // A message cut short by the end gives its pooled buffer back now.
     drop(frames);
     // Sessions with surviving channels move to one of them before this connection stops
     // taking requests from its channels, so that a channel whose request is lost here

@@ -61,6 +61,7 @@ impl State {
     }
 }
 
+/// The stream ended inside a frame.
 fn cut_short() -> ConnError {
     ConnError::Io(std::io::ErrorKind::UnexpectedEof.into())
 }
