@@ -50,7 +50,8 @@ pub enum ConnError {
     Timeout,
 }
 
-fn violation(what: impl Into<String>) -> ConnError {
+/// A protocol violation: the connection ends (see [`ConnError::Protocol`]).
+pub(super) fn violation(what: impl Into<String>) -> ConnError {
     ConnError::Protocol(what.into())
 }
 

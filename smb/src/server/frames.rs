@@ -15,7 +15,7 @@ use crate::proto::framing::{parse_frame_header, Frame, FRAME_HEADER_LEN};
 use crate::proto::io::{write_data_placement, WRITE_PLACEMENT_PREFIX};
 
 use super::bufpool::{BufPool, Received, POOLED_RECEIVE_MIN};
-use super::conn::ConnError;
+use super::conn::{violation, ConnError};
 
 /// Bytes of a NetBIOS keep-alive's body that are skipped; a longer one is a protocol
 /// violation (RFC 1002 gives it none).
@@ -94,12 +94,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     if *filled < FRAME_HEADER_LEN {
                         continue;
                     }
-                    *state = match parse_frame_header(*got)
-                        .map_err(|e| ConnError::Protocol(e.to_string()))?
-                    {
+                    *state = match parse_frame_header(*got).map_err(|e| violation(e.to_string()))? {
                         Frame::KeepAlive(left) if left <= KEEP_ALIVE_MAX => State::Skip { left },
                         Frame::KeepAlive(n) => {
-                            return Err(ConnError::Protocol(format!("keep-alive of {n} bytes")))
+                            return Err(violation(format!("keep-alive of {n} bytes")))
                         }
                         Frame::Message(len) if len >= POOLED_RECEIVE_MIN => State::Prefix {
                             len,
@@ -292,7 +290,8 @@ mod tests {
         }
     }
 
-    /// A socket that hands out random pieces of `wire` and says "not yet" at random.
+    /// A socket that hands out random pieces of `wire` and says "not yet" at random. It
+    /// wakes no one: only for polling by hand, as the test below does, again and again.
     struct Trickle {
         wire: Vec<u8>,
         at: usize,
