@@ -9,7 +9,7 @@
 #   tests/guest/nvme_bench.sh [--bin QUARRY] [--seconds N] [--warmup N] [--size-mib N]
 #                             [--no-rdma] [--qd32-jobs N] [--seq-qd N] [--out DIR]
 #                             [--timeout SECS] [--engine uring|threads]
-#                             [--backing tmpfs|ramdisk]
+#                             [--backing tmpfs|ramdisk] [--profile WORKLOADS]
 #
 #   --bin        quarry binary (default $QUARRY_BIN, else target/release/quarry, built
 #                with `cargo build --release -p quarry --features rdma` as the test
@@ -30,6 +30,12 @@
 #                workqueue; ramdisk: both files on ext4 on a brd RAM disk
 #                (checks/ram_backing.sh), both O_DIRECT as in production (Quarry's
 #                direct descriptor, nvmet buffered_io=0), no worker thread for either
+#   --profile    record the guest's CPU with perf (the host's /usr/bin/perf and its
+#                libraries, packed into the boot) through the measured runs of these
+#                workloads (comma-separated, e.g. 4k_qd32), both targets, all vCPUs;
+#                the reports land in OUT/perf/. perf's own CPU then counts as the
+#                guest's busy time in those runs, so their CPU figures are not
+#                comparable with runs that were not profiled
 #   --out        where the console log, raw result lines, fio JSON and the table go
 #                (default target/bench/nvme-guest/<UTC time>)
 #
@@ -59,6 +65,7 @@ out=""
 timeout_secs=1800
 engine=uring
 backing=tmpfs
+profile=""
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -74,6 +81,7 @@ while [ $# -gt 0 ]; do
     --timeout) timeout_secs="${2:?}"; shift 2 ;;
     --engine) engine="${2:?}"; shift 2 ;;
     --backing) backing="${2:?}"; shift 2 ;;
+    --profile) profile="${2:?}"; shift 2 ;;
     -h | --help) usage ;;
     *) echo "nvme_bench: unknown argument: $1" >&2; usage ;;
     esac
@@ -83,6 +91,11 @@ for n in "$seconds" "$warmup" "$size_mib" "$qd32_jobs" "$seq_qd" "$timeout_secs"
 done
 case "$engine" in uring | threads) ;; *) echo "nvme_bench: --engine is uring or threads" >&2; exit 2 ;; esac
 case "$backing" in tmpfs | ramdisk) ;; *) echo "nvme_bench: --backing is tmpfs or ramdisk" >&2; exit 2 ;; esac
+[[ "$profile" =~ ^[a-z0-9_,]*$ ]] || { echo "nvme_bench: --profile takes workload names, comma-separated" >&2; exit 2; }
+perf_prog=()
+if [ -n "$profile" ]; then
+    perf_prog=("$(command -v perf)") || { echo "nvme_bench: --profile needs perf (apt-get install linux-perf)" >&2; exit 2; }
+fi
 [ $((32 % qd32_jobs)) -eq 0 ] || { echo "nvme_bench: --qd32-jobs must divide 32" >&2; exit 2; }
 
 if [ -z "$bin" ]; then
@@ -101,7 +114,7 @@ command -v python3 >/dev/null || { echo "nvme_bench: needs python3 (tests/guest/
 mkdir -p "$out"
 t0="$(date +%s.%N)"
 
-"$HERE/quarry_overlay.sh" "$bin" "$out/quarry.cpio"
+"$HERE/quarry_overlay.sh" "$bin" "$out/quarry.cpio" "${perf_prog[@]+"${perf_prog[@]}"}"
 
 params=(
     --param NVME_NQN=nqn.2026-11.io.quarry:bench
@@ -113,6 +126,7 @@ params=(
     --param BENCH_SEQ_QD="$seq_qd"
     --param BENCH_RDMA="$rdma"
     --param QUARRY_IO_ENGINE="$engine"
+    --param BENCH_PROFILE="${profile//,/ }"
 )
 checks=quarry_target,nvme_perf,quarry_stop
 if [ "$backing" = ramdisk ]; then
@@ -158,6 +172,7 @@ results, out, wall, rc = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 HZ = 100  # USER_HZ of the guest's /proc/stat and /proc/<pid>/stat
 
 rows, chunks, idle, config = [], collections.defaultdict(list), None, {}
+perf = collections.defaultdict(list)
 def kv(words):
     d = {}
     for w in words:
@@ -175,6 +190,8 @@ with open(results, errors="replace") as f:
             rows.append(kv(w[1:]))
         elif w[0] == "BENCH-JSON" and len(w) == 3:
             chunks[w[1]].append(w[2])
+        elif w[0] == "BENCH-PERF" and len(w) == 4:
+            perf[(w[1], w[2])].append(w[3])
         elif w[0] == "BENCH-IDLE":
             idle = kv(w[1:])
         elif w[0] == "BENCH-CONFIG":
@@ -190,6 +207,15 @@ for tag, parts in chunks.items():
         raw[tag] = json.loads(data)
     except Exception as e:  # a truncated transfer: the BENCH-RESULT figures still stand
         print(f"nvme_bench: fio JSON of {tag} unreadable: {e}", file=sys.stderr)
+
+if perf:
+    os.makedirs(os.path.join(out, "perf"), exist_ok=True)
+for (tag, kind), parts in perf.items():
+    try:
+        with open(os.path.join(out, "perf", f"{tag}.{kind}.txt"), "wb") as f:
+            f.write(gzip.decompress(base64.b64decode("".join(parts))))
+    except Exception as e:
+        print(f"nvme_bench: perf {kind} of {tag} unreadable: {e}", file=sys.stderr)
 
 def num(d, k):
     try:
@@ -304,6 +330,8 @@ else:
 q, k = res.get("rdma.4k_qd32.quarry"), res.get("rdma.4k_qd32.nvmet")
 if q and k and q.get("iops_cpu") and k.get("iops_cpu"):
     L.append(f"  (same figure over NVMe/RDMA, no target: Quarry {q['iops_cpu']:,.0f} vs nvmet-rdma {k['iops_cpu']:,.0f}: {q['iops_cpu'] / k['iops_cpu']:.2f}x)")
+if perf:
+    L.append(f"perf reports (these runs' CPU figures include perf's own): {os.path.join(out, 'perf')}")
 L.append("")
 L.append(f"wall time {wall} s; guest run exit {rc}{' (see run.txt / console.log)' if rc else ''}; raw: {out}")
 text = "\n".join(L) + "\n"

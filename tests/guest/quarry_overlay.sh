@@ -6,13 +6,16 @@
 # The binary lands at /opt/quarry/bin/quarry; the `quarry_target` check set
 # starts and configures it. Usable for any build (with or without the `rdma`
 # feature): a later benchmark can append the same member and compare Quarry with
-# the in-guest kernel nvmet in one boot.
+# the in-guest kernel nvmet in one boot. Any further host programs named (for
+# nvme_bench.sh --profile: perf) land at their host paths, with their ldd closure.
 #
-#   tests/guest/quarry_overlay.sh QUARRY_BINARY OUT.cpio
+#   tests/guest/quarry_overlay.sh QUARRY_BINARY OUT.cpio [HOST_PROGRAM...]
 set -euo pipefail
 
-bin="${1:?usage: quarry_overlay.sh QUARRY_BINARY OUT.cpio}"
-out="${2:?usage: quarry_overlay.sh QUARRY_BINARY OUT.cpio}"
+usage="usage: quarry_overlay.sh QUARRY_BINARY OUT.cpio [HOST_PROGRAM...]"
+bin="${1:?$usage}"
+out="${2:?$usage}"
+shift 2
 [ -x "$bin" ] || { echo "quarry_overlay: $bin is not an executable" >&2; exit 2; }
 
 root="$(mktemp -d)"
@@ -34,6 +37,12 @@ else
 fi
 chmod 0755 "$root/opt/quarry/bin/quarry"
 copy_closure "$bin"
+for prog in "$@"; do
+    [ -x "$prog" ] || { echo "quarry_overlay: $prog is not an executable" >&2; exit 2; }
+    mkdir -p "$root/$(dirname "$prog")"
+    cp -L "$prog" "$root/$prog"
+    copy_closure "$prog"
+done
 
 # Soft-RoCE user-space provider (only when the binary links libibverbs).
 if ldd "$bin" | grep -q libibverbs; then

@@ -44,11 +44,15 @@
 #   BENCH_SEQ_QD           queue depth of the 128k sequential read (default 8, 1 job)
 #   BENCH_TCP_WORKLOADS    default "4k_qd1 4k_qd32 128k_seq"
 #   BENCH_RDMA_WORKLOADS   default "4k_qd32 128k_seq"
+#   BENCH_PROFILE          workloads whose measured runs perf records, all vCPUs,
+#                          both targets (default none; needs perf in the guest:
+#                          nvme_bench.sh --profile packs it)
 #
 # Output: GUEST-CHECK nvme_perf.<phase>.<workload>.<target> lines (PASS = the run
 # completed I/O), and on ttyS1 only, for nvme_bench.sh: one `BENCH-RESULT k=v...`
-# line per run, `BENCH-IDLE`, and `BENCH-JSON <tag> <base64>` lines carrying each
-# fio JSON (gzip'd).
+# line per run, `BENCH-IDLE`, `BENCH-JSON <tag> <base64>` lines carrying each
+# fio JSON (gzip'd), and for profiled runs `BENCH-PERF <tag> <report|script> <base64>`
+# lines carrying perf's report and its samples with their stacks (gzip'd).
 #
 # Check names: nvme_perf.{modules,rxe,quarry_backing,nvmet,nvmet_rdma_port,idle},
 # nvme_perf.<tcp|rdma>.<workload>.<quarry|nvmet>.
@@ -70,6 +74,7 @@ BENCH_QD32_JOBS="${BENCH_QD32_JOBS:-2}"
 BENCH_SEQ_QD="${BENCH_SEQ_QD:-8}"
 BENCH_TCP_WORKLOADS="${BENCH_TCP_WORKLOADS:-4k_qd1 4k_qd32 128k_seq}"
 BENCH_RDMA_WORKLOADS="${BENCH_RDMA_WORKLOADS:-4k_qd32 128k_seq}"
+BENCH_PROFILE="${BENCH_PROFILE:-}"
 CFG=/sys/kernel/config/nvmet
 NVMET_BACKING="${BENCH_NVMET_BACKING:-/tmp/bench-nvmet/ns1.img}"
 NVMET_BUFFERED="${BENCH_NVMET_BUFFERED:-1}"
@@ -283,6 +288,31 @@ fio_fields() { # JSON
             iops, bw, ios, rt, p50, p99, c50, c99, jrt, usr, sys }' "$1"
 }
 
+# Profiling (BENCH_PROFILE): perf samples all vCPUs for the measured window. It is
+# started before the window's first counter reading, so the window itself forks
+# nothing more, but perf's own CPU is in the run's busy time.
+PERF_PID=""
+profile_start() { # WORKLOAD TAG
+    PERF_PID=""
+    case " $BENCH_PROFILE " in *" $1 "*) ;; *) return 0 ;; esac
+    command -v perf >/dev/null || { echo "BENCH_PROFILE: no perf in the guest"; return 0; }
+    perf record -a -g -e cpu-clock -F 499 -o "$WORK/$2.perf" -- sleep "$BENCH_SECONDS" \
+        >"$WORK/$2.perf.log" 2>&1 &
+    PERF_PID=$!
+    sleep 0.5 # perf's start-up, outside the window
+}
+profile_finish() { # TAG
+    [ -n "$PERF_PID" ] || return 0
+    wait "$PERF_PID"
+    perf report -i "$WORK/$1.perf" --stdio --no-children -g none --percent-limit 0.2 \
+        --sort comm,dso,sym 2>>"$WORK/$1.perf.log" | gzip | base64 |
+        sed "s/^/BENCH-PERF $1 report /" >"$GUEST_RESULTS_TTY"
+    perf script -i "$WORK/$1.perf" -F comm,tid,cpu,ip,sym,dso 2>>"$WORK/$1.perf.log" |
+        gzip | base64 | sed "s/^/BENCH-PERF $1 script /" >"$GUEST_RESULTS_TTY"
+    tail -n 3 "$WORK/$1.perf.log"
+    rm -f "$WORK/$1.perf"
+}
+
 # run_one PHASE WORKLOAD TARGET TRANSPORT PORT NQN
 run_one() {
     _phase="$1" _wl="$2" _tgt="$3" _tr="$4" _port="$5" _nqn="$6"
@@ -302,6 +332,7 @@ run_one() {
         $(fio_cmd "$DEV" "$_wl" "$BENCH_WARMUP" /dev/null) >/dev/null 2>&1
     fi
     _cmd="$(fio_cmd "$DEV" "$_wl" "$BENCH_SECONDS" "$_json")"
+    profile_start "$_wl" "$_tag"
     # Measured window: fio under a shell whose cutime+cstime after waiting for it
     # is fio's CPU (its job processes included).
     _u0="$(now)"
@@ -309,6 +340,7 @@ run_one() {
     sh -c "$_cmd 2>$WORK/$_tag.err; echo rc=\$?; cat /proc/\$\$/stat" >"$WORK/$_tag.self"
     busy_ticks; _b1=$BUSY; _t1t=$TOTAL; _s1=$SCHED; quarry_ticks; _q1=$QTICKS
     _u1="$(now)"
+    profile_finish "$_tag"
     _rc="$(sed -n 's/^rc=//p' "$WORK/$_tag.self")"
     _fio_ticks="$(awk '!/^rc=/ { print $16 + $17 }' "$WORK/$_tag.self")"
     disconnect "$_nqn" "$_tr" >>"$WORK/$_tag.log" 2>&1
