@@ -22,7 +22,7 @@
 //! Limits: at most [`RING_ENTRIES`] operations in a ring; more wait in its backlog
 //! (their memory is already bounded by the NVMe queues' own limits).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -32,6 +32,7 @@ use std::sync::{mpsc, Arc};
 use io_uring::{opcode, types, IoUring};
 use quarry_nvmeof::target::iobuf::{arena_chunks, ARENA_CHUNKS};
 use quarry_nvmeof::target::{BlockOp, IoBuf, IoDone, IoExecutor, IoOutcome, IoRequest, QueueIo};
+use rustc_hash::FxHashMap;
 
 use super::device::{memory_aligned, FileDevice};
 
@@ -278,7 +279,9 @@ pub(super) type Ended<T> = (IoRequest, T, io::Result<IoOutcome>);
 /// One io_uring ring and the operations in it.
 pub(super) struct Ring<T> {
     pub(super) ring: IoUring,
-    inflight: HashMap<u64, InFlight<T>>,
+    /// Operations in the ring by key. FxHash: the keys are this ring's own counter, so
+    /// no peer chooses them, and SipHash was the larger part of each insert and remove.
+    inflight: FxHashMap<u64, InFlight<T>>,
     backlog: VecDeque<InFlight<T>>,
     next_key: u64,
     /// Slots kept free for the owner's own operations (the thread's wake-up read).
@@ -304,7 +307,7 @@ impl<T> Ring<T> {
         };
         Ring {
             ring,
-            inflight: HashMap::new(),
+            inflight: FxHashMap::default(),
             backlog: VecDeque::new(),
             next_key: 0,
             reserved,

@@ -25,6 +25,7 @@ use crate::spec::{Cqe, KeyedSgl, CQE_LEN};
 use crate::target::io::{IoOutcome, IoRequest};
 use crate::target::iobuf::IoBuf;
 use crate::target::{ListenerInfo, Output, Queue, Target};
+use crate::transport::ms_between;
 
 /// How long the thread keeps polling the CQ after the last piece of work before it
 /// arms the completion interrupt and sleeps.
@@ -504,7 +505,9 @@ impl Conn {
             .map(|_| unsafe { std::mem::zeroed() })
             .collect();
         let end = 'run: loop {
-            let now = ms_since(start);
+            let at = Instant::now();
+            q.begin_turn(at);
+            let now = ms_between(start, at);
             let mut work = false;
             // Completions.
             // SAFETY: wcs has POLL_BATCH entries.
@@ -578,7 +581,9 @@ impl Conn {
             // SAFETY: live CQ, wcs has room for one.
             let again = unsafe { ibv_poll_cq(self.cq.0, 1, wcs.as_mut_ptr()) };
             if again > 0 {
-                if let Err(e) = self.on_wc(&wcs[0], &mut q, &target, ms_since(start)) {
+                let at = Instant::now();
+                q.begin_turn(at);
+                if let Err(e) = self.on_wc(&wcs[0], &mut q, &target, ms_between(start, at)) {
                     break e;
                 }
                 last_work = Instant::now();
@@ -790,8 +795,4 @@ impl Drop for Conn {
         }
         // Fields drop next: buffers (deregistered), CQ, channel, PD, reservation, id.
     }
-}
-
-fn ms_since(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
 }

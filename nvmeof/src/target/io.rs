@@ -58,7 +58,8 @@ pub struct IoRequest {
     /// The operation.
     pub op: BlockOp,
     /// When the command became ready to run (all its data received), for the latency
-    /// the session observer is told.
+    /// the session observer is told: the start of the transport's turn that dispatched
+    /// it ([`super::queue::Queue::begin_turn`]).
     pub started: std::time::Instant,
 }
 

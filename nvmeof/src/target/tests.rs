@@ -1,6 +1,7 @@
 //! Drives the queue state machine through real PDUs, with no sockets and virtual time.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::config::BlockDevice as _;
 use super::mem::MemDevice;
@@ -82,6 +83,10 @@ struct Host {
     digests: Digests,
     now: u64,
     raw: Vec<u8>,
+    /// The transport's turn clock: each send starts a turn at it, and each storage
+    /// operation finishes `io_took` later, in a turn of its own.
+    clock: Instant,
+    io_took: Duration,
 }
 
 impl Host {
@@ -91,11 +96,14 @@ impl Host {
             digests: Digests::NONE,
             now: 0,
             raw: Vec::new(),
+            clock: Instant::now(),
+            io_took: Duration::ZERO,
         }
     }
 
     /// Feeds raw bytes (one or more whole PDUs) and collects what the target answers.
     fn send(&mut self, bytes: &[u8]) -> Vec<Got> {
+        self.q.begin_turn(self.clock);
         let mut rest = bytes;
         while !rest.is_empty() {
             let ctx = self.q.decode_context();
@@ -134,6 +142,8 @@ impl Host {
                 }
                 Output::Io(req) => {
                     let r = req.execute();
+                    self.clock += self.io_took;
+                    self.q.begin_turn(self.clock);
                     self.q.io_done(&req, r);
                 }
                 Output::Close => got.push(Got::Close),
@@ -751,6 +761,56 @@ fn discovery_log_lists_every_port_with_wildcards_resolved() {
     assert_eq!(entries[1].portid, 2);
     assert_eq!(entries[1].adrfam, ADRFAM_IPV6);
     assert!(entries.iter().all(|e| e.subnqn == NQN));
+}
+
+/// Keeps every latency its controllers report.
+#[derive(Default)]
+struct Latencies(Mutex<Vec<(IoKind, Duration, bool)>>);
+
+impl SessionObserver for Latencies {
+    fn bytes_read(&self, _: u64) {}
+    fn bytes_written(&self, _: u64) {}
+    fn is_cancelled(&self) -> bool {
+        false
+    }
+    fn io_completed(&self, kind: IoKind, elapsed: Duration, ok: bool) {
+        self.0.lock().unwrap().push((kind, elapsed, ok));
+    }
+}
+
+/// Hooks handing every controller one shared [`Latencies`].
+struct Shared(Arc<Latencies>);
+
+impl SessionHooks for Shared {
+    fn controller_created(&self, _: &str, _: &str, _: &str, _: u16) -> Arc<dyn SessionObserver> {
+        self.0.clone()
+    }
+}
+
+#[test]
+fn latency_runs_from_the_dispatching_turn_to_the_finishing_turn() {
+    let seen = Arc::new(Latencies::default());
+    let dev = Arc::new(MemDevice::new((BLOCKS * 4096) as usize));
+    let t = Target::new(
+        config(None, vec![ns(1, dev)]),
+        TargetIdentity::default(),
+        Some(Arc::new(Shared(seen.clone()))),
+    );
+    let (_a, mut io) = io_queue(&t, Digests::NONE);
+    io.io_took = Duration::from_micros(730);
+    let c = io.resp(&rw(io_opc::WRITE, 1, 3, 1, 4096, true), &[9; 4096]);
+    assert!(c.status().is_success());
+    io.io_took = Duration::from_millis(12);
+    let (got, c) = io.read_cmd(&rw(io_opc::READ, 2, 3, 1, 4096, false));
+    assert!(c.status().is_success());
+    assert_eq!(got, [9; 4096]);
+    assert_eq!(
+        *seen.0.lock().unwrap(),
+        [
+            (IoKind::Write, Duration::from_micros(730), true),
+            (IoKind::Read, Duration::from_millis(12), true),
+        ]
+    );
 }
 
 #[test]

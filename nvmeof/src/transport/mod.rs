@@ -3,6 +3,7 @@
 //! data path but atomics. Answers leave in vectored writes, many PDUs per system call.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::Poll;
@@ -98,7 +99,10 @@ impl std::ops::Deref for Chunk {
     }
 }
 
-/// [`write_all_pdus`] bounded by [`WRITE_TIMEOUT`] (a host that stopped reading).
+/// [`write_all_pdus`] bounded by [`WRITE_TIMEOUT`] (a host that stopped reading). The
+/// timer is armed only when the socket cannot take the whole turn's answers at once:
+/// most turns' answers fit its buffer, and arming and dropping a timer costs a clock
+/// read and two updates of the runtime's timer wheel per turn.
 async fn send_pdus<W: tokio::io::AsyncWrite + Unpin>(
     wr: &mut W,
     pdus: Vec<Chunk>,
@@ -106,7 +110,12 @@ async fn send_pdus<W: tokio::io::AsyncWrite + Unpin>(
     if pdus.is_empty() {
         return Ok(());
     }
-    match tokio::time::timeout(WRITE_TIMEOUT, write_all_pdus(wr, pdus)).await {
+    let mut write = std::pin::pin!(write_all_pdus(wr, pdus));
+    let first = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await;
+    if let Poll::Ready(r) = first {
+        return r;
+    }
+    match tokio::time::timeout(WRITE_TIMEOUT, write).await {
         Ok(r) => r,
         Err(_) => Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
@@ -267,8 +276,9 @@ fn is_admin_connect(pdu: &[u8]) -> bool {
         && pdu.get(50..52) == Some(&[0, 0][..])
 }
 
-fn ms_since(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
+/// Milliseconds from `start` to `at`: the queues' keep-alive clock.
+pub(crate) fn ms_between(start: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(start).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Runs one connection to completion.
@@ -307,7 +317,9 @@ pub async fn connection(
                     Ok(_) => {}
                     Err(e) => break Err(e),
                 }
-                let now = ms_since(start);
+                let at = Instant::now();
+                q.begin_turn(at);
+                let now = ms_between(start, at);
                 // Handle every complete PDU in the buffer.
                 loop {
                     if placing.as_ref().is_some_and(|p| !p.ready(&buf)) {
@@ -362,6 +374,7 @@ pub async fn connection(
                 }
             }
             _ = next_finished(&mut queue_io, &mut io_rx, &mut finished) => {
+                q.begin_turn(Instant::now());
                 // Completions already waiting too, so their answers leave together; but
                 // not so many read bytes that the first answer waits on the copies of
                 // the rest (large reads stream out one by one). The rest stays for the
@@ -380,7 +393,7 @@ pub async fn connection(
                 q.poll_events();
             }
             _ = tick.tick() => {
-                q.tick(ms_since(start));
+                q.tick(ms_between(start, Instant::now()));
                 if q.controller().is_none() && opened.elapsed() > CONNECT_TIMEOUT {
                     tracing::debug!(%peer, "no Connect in time, closing");
                     break Ok(());
@@ -557,6 +570,101 @@ mod tests {
                 assert_eq!(w.calls, 4);
             }
         }
+    }
+
+    /// A socket that takes `room` bytes, then none until `open` is set (a host that
+    /// stopped reading, or reads again later).
+    struct Stalled {
+        got: Vec<u8>,
+        room: usize,
+        open: Arc<std::sync::atomic::AtomicBool>,
+        waker: Arc<std::sync::Mutex<Option<std::task::Waker>>>,
+    }
+
+    impl tokio::io::AsyncWrite for Stalled {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            let room = if self.open.load(std::sync::atomic::Ordering::SeqCst) {
+                buf.len()
+            } else {
+                buf.len().min(self.room)
+            };
+            if room == 0 {
+                *self.waker.lock().unwrap() = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            self.room -= room.min(self.room);
+            self.got.extend_from_slice(&buf[..room]);
+            Poll::Ready(Ok(room))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn stalled(room: usize) -> Stalled {
+        Stalled {
+            got: Vec::new(),
+            room,
+            open: Arc::default(),
+            waker: Arc::default(),
+        }
+    }
+
+    fn answers() -> (Vec<Chunk>, Vec<u8>) {
+        let pdus: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 1000]).collect();
+        let want = pdus.concat();
+        (pdus.into_iter().map(Chunk::Bytes).collect(), want)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_that_fit_the_socket_go_out_at_once() {
+        let (chunks, want) = answers();
+        let mut w = stalled(want.len());
+        let t0 = tokio::time::Instant::now();
+        send_pdus(&mut w, chunks).await.unwrap();
+        assert_eq!(w.got, want);
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_host_that_stops_reading_times_out_after_the_write_limit() {
+        let (chunks, want) = answers();
+        let mut w = stalled(2500);
+        let t0 = tokio::time::Instant::now();
+        let e = send_pdus(&mut w, chunks).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert_eq!(t0.elapsed(), WRITE_TIMEOUT);
+        assert_eq!(w.got, want[..2500]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_host_that_reads_again_within_the_limit_gets_everything() {
+        let (chunks, want) = answers();
+        let mut w = stalled(0);
+        let (open, waker) = (w.open.clone(), w.waker.clone());
+        let reader = tokio::spawn(async move {
+            tokio::time::sleep(WRITE_TIMEOUT - Duration::from_secs(1)).await;
+            open.store(true, std::sync::atomic::Ordering::SeqCst);
+            if let Some(w) = waker.lock().unwrap().take() {
+                w.wake();
+            }
+        });
+        send_pdus(&mut w, chunks).await.unwrap();
+        reader.await.unwrap();
+        assert_eq!(w.got, want);
     }
 
     #[test]
