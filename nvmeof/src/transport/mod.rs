@@ -100,9 +100,9 @@ impl std::ops::Deref for Chunk {
 }
 
 /// [`write_all_pdus`] bounded by [`WRITE_TIMEOUT`] (a host that stopped reading). The
-/// timer is armed only when the socket cannot take the whole turn's answers at once:
-/// most turns' answers fit its buffer, and arming and dropping a timer costs a clock
-/// read and two updates of the runtime's timer wheel per turn.
+/// deadline is set only when the socket cannot take the whole turn's answers at once:
+/// most turns' answers fit its buffer, and setting a deadline reads the clock and
+/// takes a handle to the runtime's timer even when the write then needs no timer.
 async fn send_pdus<W: tokio::io::AsyncWrite + Unpin>(
     wr: &mut W,
     pdus: Vec<Chunk>,
