@@ -1,6 +1,7 @@
-//! One SMB connection: direct-TCP framing, the SMB1 NEGOTIATE upgrade, decryption of
-//! transform-wrapped requests, compound splitting, credit and signature checks, and signing /
-//! sealing / framing of every response. Request semantics live in [`super::dispatch`].
+//! One SMB connection: its request loop over the frames [`super::frames`] reads, the SMB1
+//! NEGOTIATE upgrade, decryption of transform-wrapped requests, compound splitting, credit
+//! and signature checks, and signing / sealing / framing of every response. Request
+//! semantics live in [`super::dispatch`].
 
 use std::future::Future;
 use std::net::SocketAddr;

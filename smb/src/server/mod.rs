@@ -6,8 +6,8 @@
 //!   appliance implements (users, shares, live-session registry), and [`serve`], the accept loop.
 //! - [`credits`]: the MS-SMB2 3.3.1.1 sequence window (grant, charge, abuse detection). Pure.
 //! - [`state`]: connection / session / tree / open tables.
-//! - [`conn`]: one connection: framing, SMB1 upgrade, decryption, compound splitting, signature
-//!   checks, and the sign/encrypt/frame of every response.
+//! - [`conn`]: one connection: the request loop, SMB1 upgrade, decryption, compound
+//!   splitting, signature checks, and the sign/encrypt/frame of every response.
 //! - [`frames`]: a connection's receiving side: direct-TCP frames read by the request loop
 //!   itself, cancel-safe inside its `select!`.
 //! - [`outbox`]: a connection's sending side: the writer task's queue, and the request
