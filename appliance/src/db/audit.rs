@@ -1,5 +1,5 @@
 //! The audit log: who changed what, when, from where. Written only inside the
-//! transaction of the change it describes (see [`super::Db::write`]).
+//! transaction of the change it describes (see `Db::write`).
 
 use rusqlite::{params, Transaction};
 

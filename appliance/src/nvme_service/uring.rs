@@ -6,8 +6,8 @@
 //! so no bounce copy. Anything else (flush, zeroing, deallocation, devices that are not
 //! volume files) runs on the blocking pool.
 //!
-//! Two ways in, sharing [`Ring`] (planning, buffers in flight, short transfers):
-//! - each NVMe/TCP queue gets a ring of its own ([`super::uring_queue`]), submitted and
+//! Two ways in, sharing `Ring` (planning, buffers in flight, short transfers):
+//! - each NVMe/TCP queue gets a ring of its own (`uring_queue`), submitted and
 //!   reaped on the queue's task: a request costs no thread hand-off at all;
 //! - [`UringExecutor::submit`] (NVMe/RDMA, and TCP queues whose ring could not be made)
 //!   hands requests to one ring thread: a channel send and an eventfd write each.

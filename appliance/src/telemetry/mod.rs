@@ -1,6 +1,6 @@
 //! Telemetry: data-path counters, latency histograms, the in-memory time series, and their
-//! two views: `GET /metrics` (Prometheus text, [`exposition`]) and `GET /api/v1/telemetry`
-//! (JSON for the UI and automation, [`report`]).
+//! two views: `GET /metrics` (Prometheus text, `exposition`) and `GET /api/v1/telemetry`
+//! (JSON for the UI and automation, [`report`](mod@report)).
 //!
 //! The counters are process-wide and live in one registry built on first use. The data
 //! path reaches them through handles created up front: [`smb_bytes`] and [`nvme_bytes`]

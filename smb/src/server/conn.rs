@@ -720,7 +720,7 @@ impl Connection {
     }
 
     /// Hands every session of this (ending) connection that still has channels to one of
-    /// them ([`Self::hand_over`]); the rest end in [`Self::cleanup`].
+    /// them (each to one heir); the rest end in [`Self::cleanup`].
     pub async fn hand_over_sessions(&mut self) {
         // This connection is no heir of the sessions it was a channel of.
         for c in self.state.channels.values() {

@@ -5,7 +5,7 @@
 //! machine that copy cost 0.4-2.8 CPU seconds per GiB (the more memory pressure, the more),
 //! more than all the SMB work around it; the same bytes written with `O_DIRECT` cost about
 //! 0.07 s/GiB of kernel time (tests/bench/RESULTS.md, step 5). So a write of at least
-//! [`DIRECT_MIN`] bytes sends its 4 KiB-aligned middle through a second descriptor of the
+//! `DIRECT_MIN` bytes sends its 4 KiB-aligned middle through a second descriptor of the
 //! same open file opened with `O_DIRECT`: straight from the caller's memory when that is
 //! aligned as the file offset is (the SMB server places large WRITEs so), else from a
 //! pooled aligned bounce buffer (one user-space copy into a buffer that stays faulted in
@@ -15,7 +15,7 @@
 //!
 //! Reads are the same story in reverse: a cold buffered read has the device fill page
 //! cache folios and then copies them out, and that copy was 38% of Quarry's CPU on a
-//! cold checkpoint read (step 17). [`DirectIo::read_some`] reads the aligned middle of a
+//! cold checkpoint read (step 17). `DirectIo::read_some` reads the aligned middle of a
 //! large read straight into the caller's buffer when the buffer's memory is aligned the
 //! way the file offset is (the READ handler arranges that), with no bounce copy. Which
 //! reads go direct is the open file's decision (`file.rs`): only large ones the page

@@ -149,7 +149,7 @@ fn replay_key(conn: &Connection, req: &CreateRequest<'_>) -> Option<ReplayKey> {
     Some((conn.client_guid(), q.create_guid))
 }
 
-/// Handles CREATE: replay detection around [`create_open`].
+/// Handles CREATE: replay detection around `create_open`.
 pub async fn create(conn: &mut Connection, ctx: &mut Ctx<'_>, req: CreateRequest<'_>) -> HResult {
     let share = super::tree(conn, ctx).ok().and_then(|t| t.share_state());
     let (Some(share), Some(key)) = (share, replay_key(conn, &req)) else {
@@ -818,7 +818,7 @@ async fn open_pipe(conn: &mut Connection, ctx: &mut Ctx<'_>, req: &CreateRequest
 /// Closes an open the client did not close itself (logoff, tree disconnect, a dropped
 /// connection, an expired durable handle, a superseded one): its storage close first, off
 /// the reactor when it writes (dropping the file would stamp a deferred write time on
-/// whichever thread drops it), then [`release_open`].
+/// whichever thread drops it), then `release_open`.
 pub async fn close_open(o: Open) -> Result<(), u32> {
     if let Some(f) = o.file.clone() {
         // The result is the same either way: the open goes.
