@@ -1038,7 +1038,11 @@ impl FsFile for PosixFile {
     }
 
     fn close_and_info_cached(&self) -> Result<FileInfo, FsError> {
-        // As `close_cached`: memory only.
+        // As `close_cached`, plus the query: a stat of the open inode and, for a file
+        // changed within `known_stored::SETTLED`, a listing of its xattrs. Neither reads
+        // the device for an inode in memory, but btrfs's listing can wait for a tree lock
+        // that a concurrent create holds (tests/bench/RESULTS.md, 2026-11-30, thirtieth
+        // session): a sleep of up to about half a millisecond on this task.
         self.close_and_info()
     }
 
