@@ -719,8 +719,8 @@ impl Connection {
         }
     }
 
-    /// Hands every session of this (ending) connection that still has channels to one of
-    /// them (each to one heir); the rest end in [`Self::cleanup`].
+    /// Hands every session of this (ending) connection that still has other channels to
+    /// one of them (`hand_over`); the rest end in [`Self::cleanup`].
     pub async fn hand_over_sessions(&mut self) {
         // This connection is no heir of the sessions it was a channel of.
         for c in self.state.channels.values() {

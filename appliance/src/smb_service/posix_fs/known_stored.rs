@@ -1,5 +1,6 @@
-//! A file's stored attributes ([`super::attrs::Stored`]: DOS attributes and creation time, kept in
-//! xattrs) as one open last read them, reused while the file's ctime proves them current.
+//! A file's stored attributes ([`super::attrs::Stored`]: DOS attributes and creation time,
+//! kept in xattrs) as one open last read them, reused while the file's ctime proves them
+//! current.
 //!
 //! Reading them costs a listing of the file's xattr names (and a read of each value
 //! present) on every query through an open, the CLOSE's post-query included. An xattr

@@ -6,8 +6,8 @@
 //! - [`resolve`]: confinement beneath the share root and case-insensitive name lookup with a
 //!   bounded per-directory cache.
 //! - [`attrs`]: DOS attributes and creation time in `user.` xattrs; `FileInfo`.
-//! - [`file`](mod@file): one open file or directory (`FsFile`): I/O with quota charging, set-info,
-//!   rename, delete, sparse ranges.
+//! - [`file`](mod@file): one open file or directory (`FsFile`): I/O with quota charging,
+//!   set-info, rename, delete, sparse ranges.
 //! - [`dir`]: directory enumeration cursors.
 //! - [`write_time`]: delayed write-time updates per open (pure state machine).
 //! - [`shown_time`]: the write time a file shows instead of mtime while an update is
