@@ -141,6 +141,7 @@ impl PosixFile {
     ) -> PosixFile {
         let shared = share.size_locks.get((st.dev, st.ino));
         shared.shown.opened();
+        shared.size_hint.store(st.size, Ordering::Relaxed);
         PosixFile {
             share,
             file: File::from(fd),
@@ -321,6 +322,38 @@ impl PosixFile {
         self.file.sync_data().map_err(io_err("fdatasync"))
     }
 
+    /// Writes `data` at `offset`, ending at `end`, under the size lock's write half: a
+    /// write that (most likely) extends the file. The growth is charged to the quota
+    /// first, and cut back off the file if the write fails. Returns the write time shown
+    /// before it, for the write-time step.
+    fn write_extending(&self, offset: u64, end: u64, data: &[u8]) -> Result<UnixTime, FsError> {
+        let _g = self.shared.size.write().unwrap_or_else(|p| p.into_inner());
+        let _c = self.shared.reads.changing();
+        let st = self.stat()?;
+        let old = st.size;
+        let before = self.shared.shown.or(st.mtime);
+        let grow = end.saturating_sub(old);
+        if grow > 0 {
+            self.share
+                .quota
+                .try_charge(grow)
+                .map_err(|e| FsError::DiskFull(e.to_string()))?;
+        }
+        if let Err(e) = self.direct.write_all_at(&self.file, data, offset) {
+            self.shared.size_hint.store(old, Ordering::Relaxed);
+            if grow > 0 {
+                // Bytes past the old end belong to this failed write only: drop them.
+                if let Err(cut) = self.file.set_len(old) {
+                    tracing::warn!(error = %cut, "could not cut back a failed extending write");
+                }
+                self.share.quota.release(grow);
+            }
+            return Err(FsError::from_io("write", e));
+        }
+        self.shared.size_hint.store(old.max(end), Ordering::Relaxed);
+        Ok(before)
+    }
+
     /// Sets the size to `new` under the size lock, charging growth first and releasing
     /// shrinkage after.
     fn resize(&self, new: u64) -> Result<(), FsError> {
@@ -344,6 +377,7 @@ impl PosixFile {
             self.file.set_len(new).map_err(io_err("truncate"))?;
             self.share.quota.release(old - new);
         }
+        self.shared.size_hint.store(new, Ordering::Relaxed);
         Ok(())
     }
 
@@ -586,43 +620,27 @@ impl FsFile for PosixFile {
             .checked_add(data.len() as u64)
             .filter(|e| *e <= MAX_FILE_SIZE)
             .ok_or_else(|| FsError::InvalidParameter("write beyond 2^63".into()))?;
-        let (in_place, mut before) = {
+        let hint = &self.shared.size_hint;
+        let written_in_place = if end > hint.load(Ordering::Relaxed) {
+            None
+        } else {
             let _g = self.shared.size.read().unwrap_or_else(|p| p.into_inner());
             let st = self.stat()?;
+            hint.store(st.size, Ordering::Relaxed);
             if end <= st.size {
                 let _c = self.shared.reads.changing();
                 self.direct
                     .write_all_at(&self.file, data, offset)
                     .map_err(io_err("write"))?;
-                (true, self.shared.shown.or(st.mtime))
+                Some(self.shared.shown.or(st.mtime))
             } else {
-                (false, self.shared.shown.or(st.mtime))
+                None
             }
         };
-        if !in_place {
-            let _g = self.shared.size.write().unwrap_or_else(|p| p.into_inner());
-            let _c = self.shared.reads.changing();
-            let st = self.stat()?;
-            let old = st.size;
-            before = self.shared.shown.or(st.mtime);
-            let grow = end.saturating_sub(old);
-            if grow > 0 {
-                self.share
-                    .quota
-                    .try_charge(grow)
-                    .map_err(|e| FsError::DiskFull(e.to_string()))?;
-            }
-            if let Err(e) = self.direct.write_all_at(&self.file, data, offset) {
-                if grow > 0 {
-                    // Bytes past the old end belong to this failed write only: drop them.
-                    if let Err(cut) = self.file.set_len(old) {
-                        tracing::warn!(error = %cut, "could not cut back a failed extending write");
-                    }
-                    self.share.quota.release(grow);
-                }
-                return Err(FsError::from_io("write", e));
-            }
-        }
+        let before = match written_in_place {
+            Some(before) => before,
+            None => self.write_extending(offset, end, data)?,
+        };
         let epoch = self.epoch();
         self.write_time_step_after_write(|w| w.after_write(before, Instant::now(), epoch));
         if write_through || self.write_through {

@@ -87,6 +87,12 @@ pub struct PosixShareConfig {
 pub struct InodeShared {
     /// Size-change lock.
     pub(crate) size: RwLock<()>,
+    /// The size an open last saw or set under the size lock. A write ending beyond it
+    /// most likely extends the file, so it takes the lock's write half at once instead of
+    /// first reading the size under the read half. Only a hint: both halves read the
+    /// size again, so a stale one (a change by another process) costs time, not
+    /// correctness.
+    pub(crate) size_hint: AtomicU64,
     /// Bumped whenever a client sets the write time explicitly through any open.
     pub(crate) write_epoch: AtomicU64,
     /// The write time shown instead of mtime while a delayed update is pending.
@@ -347,7 +353,21 @@ impl PosixShareFs {
         Ok((file, action, info))
     }
 
+    /// Creates `loc`'s name, which `locate` did not find spelled exactly (and, unless it
+    /// was [`resolve::locate_exact`], in no other case either). An existing name wins over
+    /// every refusal (OBJECT_NAME_COLLISION), as when `locate` finds it.
     fn create_new(&self, loc: &Located, req: &CreateRequest<'_>) -> Result<Made, FsError> {
+        let parent = loc.parent_fd.as_fd();
+        let cname = sys::cstr(&loc.name).map_err(|_| FsError::InvalidName(loc.name.clone()))?;
+        let is_dir = req.options & create_options::DIRECTORY_FILE != 0;
+        let ns = self.inner.names.lock_dir(parent)?;
+        // Another open of this share may have created the name, in any case, since `locate`;
+        // the name cache (or a scan) knows every spelling, the exact one included. One
+        // made by another process since is refused by O_EXCL / mkdirat (EEXIST).
+        if let Some(stored) = resolve::case_match_locked(&self.inner.names, &ns, parent, &loc.name)?
+        {
+            return Err(FsError::Exists(stored));
+        }
         if self.inner.config.read_only {
             return Err(FsError::AccessDenied("read-only share".into()));
         }
@@ -359,9 +379,6 @@ impl PosixShareFs {
                 "delete-on-close of a read-only file".into(),
             ));
         }
-        let parent = loc.parent_fd.as_fd();
-        let cname = sys::cstr(&loc.name).map_err(|_| FsError::InvalidName(loc.name.clone()))?;
-        let is_dir = req.options & create_options::DIRECTORY_FILE != 0;
         let new_descriptor = match req.security {
             Some(gate) => {
                 let parent_sd = descriptor::read_dir(parent, &self.inner.xattrs)?;
@@ -369,11 +386,6 @@ impl PosixShareFs {
             }
             None => None,
         };
-        let ns = self.inner.names.lock_dir(parent)?;
-        // Another open of this share may have created the name, in any case, since `locate`.
-        if resolve::lookup_locked(&self.inner.names, &ns, parent, &loc.name)?.is_some() {
-            return Err(FsError::Exists(loc.name.clone()));
-        }
         let fd = if is_dir {
             sys::mkdirat(parent, &cname, NEW_DIR_MODE)
                 .map_err(|e| FsError::from_io(format!("mkdir {:?}", loc.name), e))?;
@@ -499,7 +511,14 @@ impl PosixShareFs {
         if comps.is_empty() {
             return self.open_root(req);
         }
-        let loc = resolve::locate(&self.inner.names, self.inner.root.as_fd(), &comps)?;
+        let root = self.inner.root.as_fd();
+        let loc = if req.disposition == Create {
+            // A name not there as spelled is looked up in every case by `create_new`,
+            // under its directory's namespace lock: not once here and again there.
+            resolve::locate_exact(&self.inner.names, root, &comps)?
+        } else {
+            resolve::locate(&self.inner.names, root, &comps)?
+        };
         if loc.exists {
             return match req.disposition {
                 Create => Err(FsError::Exists(req.path.to_string())),

@@ -444,11 +444,9 @@ pub fn lookup(
     dir: BorrowedFd<'_>,
     name: &str,
 ) -> Result<Option<String>, FsError> {
-    let c = sys::cstr(name).map_err(|_| FsError::InvalidName(name.into()))?;
-    match sys::lstat_at(dir, &c) {
-        Ok(_) => Ok(Some(name.to_string())),
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => cache.lookup_folded(dir, name),
-        Err(e) => Err(FsError::from_io(format!("lookup {name:?}"), e)),
+    match lookup_exact(dir, name)? {
+        Some(found) => Ok(Some(found)),
+        None => cache.lookup_folded(dir, name),
     }
 }
 
@@ -460,14 +458,34 @@ pub fn lookup_locked(
     dir: BorrowedFd<'_>,
     name: &str,
 ) -> Result<Option<String>, FsError> {
+    match lookup_exact(dir, name)? {
+        Some(found) => Ok(Some(found)),
+        None => case_match_locked(cache, held, dir, name),
+    }
+}
+
+/// `name` if `dir` has an entry spelled exactly so (a dangling symlink counts).
+fn lookup_exact(dir: BorrowedFd<'_>, name: &str) -> Result<Option<String>, FsError> {
     let c = sys::cstr(name).map_err(|_| FsError::InvalidName(name.into()))?;
     match sys::lstat_at(dir, &c) {
         Ok(_) => Ok(Some(name.to_string())),
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            cache.lookup_folded_locked(held, dir, &fold(name))
-        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
         Err(e) => Err(FsError::from_io(format!("lookup {name:?}"), e)),
     }
+}
+
+/// The stored spelling of an entry of `dir` whose name matches `name` case-insensitively
+/// (the exact spelling included), from the name cache or a scan, for a caller holding
+/// `dir`'s namespace lock. Where the answer is most likely `None` (a name about to be
+/// created) this saves [`lookup_locked`]'s stat of the exact name. Like every answer of
+/// the cache, it holds as of the directory's mtime.
+pub fn case_match_locked(
+    cache: &NameCache,
+    held: &NamespaceGuard<'_>,
+    dir: BorrowedFd<'_>,
+    name: &str,
+) -> Result<Option<String>, FsError> {
+    cache.lookup_folded_locked(held, dir, &fold(name))
 }
 
 /// A relative path (stored components) as the C string `openat2` takes; `.` for the root.
@@ -554,6 +572,26 @@ impl Located {
 /// Resolves validated client components (at least one) beneath `root`: each intermediate
 /// directory must exist (OBJECT_PATH_NOT_FOUND otherwise), the final one may not.
 pub fn locate(cache: &NameCache, root: BorrowedFd<'_>, comps: &[&str]) -> Result<Located, FsError> {
+    locate_with(cache, root, comps, true)
+}
+
+/// [`locate`] that looks the final component up only as spelled, for a caller that looks
+/// for its other spellings itself ([`case_match_locked`], before creating it).
+pub fn locate_exact(
+    cache: &NameCache,
+    root: BorrowedFd<'_>,
+    comps: &[&str],
+) -> Result<Located, FsError> {
+    locate_with(cache, root, comps, false)
+}
+
+/// [`locate`], matching the final component in any case only when `any_case`.
+fn locate_with(
+    cache: &NameCache,
+    root: BorrowedFd<'_>,
+    comps: &[&str],
+    any_case: bool,
+) -> Result<Located, FsError> {
     let Some((last, dirs)) = comps.split_last() else {
         return Err(FsError::InvalidParameter(
             "the share root has no parent".into(),
@@ -568,7 +606,11 @@ pub fn locate(cache: &NameCache, root: BorrowedFd<'_>, comps: &[&str]) -> Result
         Err(FsError::PathNotFound(_)) => walk_parent(cache, root, dirs)?,
         Err(e) => return Err(e),
     };
-    let found = lookup(cache, parent_fd.as_fd(), last)?;
+    let found = if any_case {
+        lookup(cache, parent_fd.as_fd(), last)?
+    } else {
+        lookup_exact(parent_fd.as_fd(), last)?
+    };
     let exists = found.is_some();
     Ok(Located {
         parent_fd,

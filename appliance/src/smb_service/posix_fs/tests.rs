@@ -327,6 +327,61 @@ fn lookup_is_case_insensitive_and_cached_names_follow_changes() {
 }
 
 #[test]
+fn a_create_collides_with_an_existing_name_before_any_refusal() {
+    for read_only in [false, true] {
+        let fx = fixture_with(None, read_only);
+        fs::create_dir(fx.root.join("Docs")).unwrap();
+        fs::write(fx.root.join("Docs/ReadMe.txt"), b"x").unwrap();
+        symlink("nowhere", fx.root.join("Docs/dangling")).unwrap();
+        let refused = |path| CreateRequest {
+            options: co::DELETE_ON_CLOSE | co::NON_DIRECTORY_FILE,
+            attributes: attr::READONLY,
+            ..req(path, D::Create)
+        };
+        for path in ["Docs\\ReadMe.txt", "docs\\README.TXT", "Docs\\dangling"] {
+            assert_eq!(
+                fx.fs.create(&refused(path)).unwrap_err().nt_status(),
+                nt::OBJECT_NAME_COLLISION,
+                "{path}, read-only share: {read_only}"
+            );
+        }
+        let new_name = fx.fs.create(&refused("Docs\\new")).unwrap_err();
+        let expected = if read_only {
+            nt::ACCESS_DENIED
+        } else {
+            nt::CANNOT_DELETE
+        };
+        assert_eq!(new_name.nt_status(), expected, "read-only: {read_only}");
+    }
+}
+
+#[test]
+fn a_name_made_outside_collides_though_the_directory_looks_unchanged() {
+    let fx = fixture();
+    mkdir(&fx, "d");
+    // The name cache now knows `d` as of its mtime.
+    open(&fx, "d\\first", D::Create).unwrap();
+    assert_eq!(
+        open(&fx, "d\\x", D::Create).unwrap().action,
+        CreateAction::Created
+    );
+    let dir = fx.root.join("d");
+    let seen = fs::metadata(&dir).unwrap().modified().unwrap();
+    fs::write(dir.join("y"), b"1").unwrap();
+    fs::File::open(&dir)
+        .unwrap()
+        .set_times(fs::FileTimes::new().set_modified(seen))
+        .unwrap();
+    assert_eq!(
+        open(&fx, "d\\y", D::Create).unwrap_err(),
+        nt::OBJECT_NAME_COLLISION
+    );
+    let o = open(&fx, "d\\y", D::OverwriteIf).unwrap();
+    assert_eq!(o.action, CreateAction::Overwritten);
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), 3);
+}
+
+#[test]
 fn nested_paths_resolve_whether_spelled_as_stored_or_not() {
     let fx = fixture();
     mkdir(&fx, "Data");
@@ -577,6 +632,33 @@ fn concurrent_extending_writes_charge_each_byte_once() {
         256 * 1024
     );
     assert_eq!(fx.quota.used(), 256 * 1024);
+}
+
+#[test]
+fn writes_charge_growth_from_the_size_on_disk_whatever_the_share_last_saw() {
+    let fx = fixture_with(Some(1 << 20), false);
+    let o = open(&fx, "f", D::Create).unwrap();
+    o.file.write_at(0, &[1u8; 100], false).unwrap();
+    assert_eq!(fx.quota.used(), 100);
+    let path = fx.root.join("f");
+    let outside = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    // Cut short behind the share's back: a write inside the size last seen extends.
+    outside.set_len(10).unwrap();
+    o.file.write_at(0, &[2u8; 50], false).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), vec![2u8; 50]);
+    assert_eq!(fx.quota.used(), 140, "the 40 bytes past the cut are growth");
+    // Grown behind its back: a write beyond the size last seen lands in place.
+    outside.set_len(1000).unwrap();
+    o.file.write_at(500, &[3u8; 100], false).unwrap();
+    let data = fs::read(&path).unwrap();
+    assert_eq!(data.len(), 1000);
+    assert_eq!(&data[500..600], &[3u8; 100][..]);
+    assert_eq!(fx.quota.used(), 140, "nothing grew");
+    // Another open of the file sees the size as it is now.
+    let other = open(&fx, "f", D::Open).unwrap();
+    other.file.write_at(990, &[4u8; 20], false).unwrap();
+    assert_eq!(fs::metadata(&path).unwrap().len(), 1010);
+    assert_eq!(fx.quota.used(), 150);
 }
 
 #[test]
