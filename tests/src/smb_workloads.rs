@@ -408,8 +408,15 @@ pub fn checkpoint_files(r: usize, rank_mib: u64) -> [(String, u64); 2] {
 
 /// Checkpoint save: `ranks` writers each write their two files sequentially in writes of
 /// 1-8 MiB (sizes drawn per write), then FLUSH and close each. The figure is the total
-/// divided by the slowest rank's time (what a training job waits for).
-pub async fn checkpoint_write(t: &Target, ranks: usize, rank_mib: u64) -> anyhow::Result<Outcome> {
+/// divided by the slowest rank's time (what a training job waits for). Each rank keeps
+/// `depth` writes in flight, issued in file order: 1 is a writer that waits for each
+/// write; a kernel client's writeback keeps several in flight.
+pub async fn checkpoint_write(
+    t: &Target,
+    ranks: usize,
+    rank_mib: u64,
+    depth: usize,
+) -> anyhow::Result<Outcome> {
     let setup = t.connect().await?;
     setup.mkdir("ckpt").await?;
     setup.close().await;
@@ -423,16 +430,32 @@ pub async fn checkpoint_write(t: &Target, ranks: usize, rank_mib: u64) -> anyhow
             let mut bytes = 0u64;
             for (name, len) in checkpoint_files(r, rank_mib) {
                 let file = conn.create(&name).await?;
+                // The writes' (offset, MiB), drawn as a writer that waits would draw them.
+                let mut writes = Vec::new();
                 let mut at = 0u64;
                 while at < len {
                     let mib = rng.between(1, 8).min((len - at) / MIB);
-                    let n = file
-                        .write_block_zc(payloads.mib(mib), at, None)
-                        .await
-                        .with_context(|| format!("write {name} at {at}"))?;
-                    ensure!(n as u64 == mib * MIB, "short write to {name} at {at}: {n}");
-                    at += n as u64;
+                    writes.push((at, mib));
+                    at += mib * MIB;
                 }
+                let (file_ref, name_ref, payloads) = (&file, &name, &payloads);
+                let mut in_flight = futures_util::stream::iter(writes)
+                    .map(|(at, mib)| async move {
+                        let n = file_ref
+                            .write_block_zc(payloads.mib(mib), at, None)
+                            .await
+                            .with_context(|| format!("write {name_ref} at {at}"))?;
+                        ensure!(
+                            n as u64 == mib * MIB,
+                            "short write to {name_ref} at {at}: {n}"
+                        );
+                        anyhow::Ok(())
+                    })
+                    .buffered(depth);
+                while let Some(done) = in_flight.next().await {
+                    done?;
+                }
+                drop(in_flight);
                 file.flush()
                     .await
                     .with_context(|| format!("flush {name}"))?;

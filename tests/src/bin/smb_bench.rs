@@ -57,6 +57,8 @@ const AIO_FROM: usize = 128 * 1024 + 1;
 struct Args {
     ranks: usize,
     rank_mib: u64,
+    /// Writes each checkpoint rank keeps in flight (1: each waits for the one before).
+    write_depth: usize,
     train_files: usize,
     train_mib: u64,
     readers: usize,
@@ -81,7 +83,7 @@ struct Args {
     baseline: Option<PathBuf>,
 }
 
-const HELP: &str = "smb_bench [--ranks 8] [--rank-mib 512] [--train-files 200] [--train-mib 16] \
+const HELP: &str = "smb_bench [--ranks 8] [--rank-mib 512] [--write-depth 1] [--train-files 200] [--train-mib 16] \
 [--readers 4] [--fanout 16] [--fanout-mib 2048] [--small-files 20000] [--small-dirs 100] [--workers 8] \
 [--list-entries 100000] [--xcheck-mib 512] [--runs 2] [--only sign|encrypt] [--prefault-mib 0] [--out DIR] \
 [--baseline QUARRY_BIN (compare with that build instead of Samba)]";
@@ -90,6 +92,7 @@ fn args() -> anyhow::Result<Args> {
     let mut a = Args {
         ranks: 8,
         rank_mib: 512,
+        write_depth: 1,
         train_files: 200,
         train_mib: 16,
         readers: 4,
@@ -112,6 +115,7 @@ fn args() -> anyhow::Result<Args> {
         match flag.as_str() {
             "--ranks" => a.ranks = value()?.parse()?,
             "--rank-mib" => a.rank_mib = value()?.parse()?,
+            "--write-depth" => a.write_depth = value()?.parse()?,
             "--train-files" => a.train_files = value()?.parse()?,
             "--train-mib" => a.train_mib = value()?.parse()?,
             "--readers" => a.readers = value()?.parse()?,
@@ -143,6 +147,8 @@ fn args() -> anyhow::Result<Args> {
     ensure!(
         a.ranks >= 1
             && a.rank_mib >= 2
+            && a.write_depth >= 1
+            && a.write_depth <= 64
             && a.train_files >= 1
             && a.train_mib >= 1
             && a.readers >= 1
@@ -154,8 +160,8 @@ fn args() -> anyhow::Result<Args> {
             && a.workers >= 1
             && a.xcheck_mib >= 1
             && a.runs >= 1,
-        "every count must be at least 1, --rank-mib at least 2, --small-dirs at most 1000 and \
-         at most --small-files"
+        "every count must be at least 1, --rank-mib at least 2, --write-depth at most 64, \
+         --small-dirs at most 1000 and at most --small-files"
     );
     ensure!(
         a.prefault_mib <= 64 << 10,
@@ -540,7 +546,7 @@ fn run_all(
     }
     let mut figs = Vec::new();
     figs.push(measure(a, server, 0, || {
-        rt.block_on(wl::checkpoint_write(&t, a.ranks, a.rank_mib))
+        rt.block_on(wl::checkpoint_write(&t, a.ranks, a.rank_mib, a.write_depth))
     })?);
     if !drop_caches() {
         eprintln!("warning: could not drop the page cache (not root?): checkpoint read is warm");
@@ -642,10 +648,11 @@ fn main() -> anyhow::Result<()> {
         None => "Samba smbd".into(),
     };
     println!(
-        "SMB bench: quarry {} vs {versus}; client: the smb crate; {} ranks x {} MiB, {} training files of {} MiB ±50% ({} readers), fan-out {} x {} MiB, {} small files in {} dirs ({} workers), a {}-entry directory; best of {} A/B runs; raw output in {}",
+        "SMB bench: quarry {} vs {versus}; client: the smb crate; {} ranks x {} MiB ({} writes in flight each), {} training files of {} MiB ±50% ({} readers), fan-out {} x {} MiB, {} small files in {} dirs ({} workers), a {}-entry directory; best of {} A/B runs; raw output in {}",
         quarry_bin.display(),
         a.ranks,
         a.rank_mib,
+        a.write_depth,
         a.train_files,
         a.train_mib,
         a.readers,
