@@ -40,6 +40,9 @@ pub struct Target {
     pub password: String,
     /// Whether every message is encrypted (otherwise only signed).
     pub encrypt: bool,
+    /// The credits each client keeps asking for (`None`: the `smb` crate's 128, one 8 MiB
+    /// READ or WRITE in flight). A client keeps requests in flight only up to its credits.
+    pub credits: Option<u16>,
 }
 
 /// What one workload did: bytes moved, units counted (files or entries; bytes for the
@@ -82,6 +85,7 @@ impl Target {
                 } else {
                     EncryptionMode::Allowed
                 },
+                credits_backlog: self.credits,
                 ..Default::default()
             },
             ..Default::default()
@@ -421,6 +425,12 @@ pub async fn checkpoint_write(
     setup.mkdir("ckpt").await?;
     setup.close().await;
     let payloads = Arc::new(Payloads::new(0xc4e5));
+    // Credits for `depth` writes of the largest size (128 credits of 64 KiB each).
+    let credits = (depth > 1).then(|| u16::try_from(depth * 128).unwrap_or(u16::MAX));
+    let t = Target {
+        credits: credits.or(t.credits),
+        ..t.clone()
+    };
     let conns = t.connect_many(ranks).await?;
     let (per_rank, _) = run_tasks(conns, |r, conn| {
         let payloads = payloads.clone();

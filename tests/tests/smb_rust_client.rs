@@ -195,6 +195,7 @@ fn smb_crate_listings_in_many_batches_always_end() {
         user: USER.into(),
         password: PASS.into(),
         encrypt: true,
+        credits: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)

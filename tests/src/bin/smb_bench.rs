@@ -538,6 +538,7 @@ fn run_all(
         user: USER.into(),
         password: PASS.into(),
         encrypt: mode == "encrypt",
+        credits: None,
     };
     clear_written(&server.share_dir)?;
     // No run pays for the writeback of an earlier run's (or the other server's) dirty data.

@@ -105,6 +105,7 @@ fn main() -> anyhow::Result<()> {
         user: USER.into(),
         password: PASS.into(),
         encrypt: a.encrypt,
+        credits: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
