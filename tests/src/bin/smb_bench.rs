@@ -83,9 +83,10 @@ struct Args {
     baseline: Option<PathBuf>,
 }
 
-const HELP: &str = "smb_bench [--ranks 8] [--rank-mib 512] [--write-depth 1] [--train-files 200] [--train-mib 16] \
-[--readers 4] [--fanout 16] [--fanout-mib 2048] [--small-files 20000] [--small-dirs 100] [--workers 8] \
-[--list-entries 100000] [--xcheck-mib 512] [--runs 2] [--only sign|encrypt] [--prefault-mib 0] [--out DIR] \
+const HELP: &str = "smb_bench [--ranks 8] [--rank-mib 512] [--write-depth 1] [--train-files 200] \
+[--train-mib 16] [--readers 4] [--fanout 16] [--fanout-mib 2048] [--small-files 20000] \
+[--small-dirs 100] [--workers 8] [--list-entries 100000] [--xcheck-mib 512] [--runs 2] \
+[--only sign|encrypt] [--prefault-mib 0] [--out DIR] \
 [--baseline QUARRY_BIN (compare with that build instead of Samba)]";
 
 fn args() -> anyhow::Result<Args> {
