@@ -556,7 +556,8 @@ pub struct Located {
     pub parent: Vec<String>,
     /// The stored name if it exists, else the name as the client spelled it.
     pub name: String,
-    /// Whether the final component exists (a dangling symlink counts as existing).
+    /// Whether the final component exists (a dangling symlink counts as existing); from
+    /// [`locate_exact`], whether it exists spelled as given.
     pub exists: bool,
 }
 
