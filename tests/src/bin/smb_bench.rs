@@ -650,7 +650,7 @@ fn main() -> anyhow::Result<()> {
         None => "Samba smbd".into(),
     };
     println!(
-        "SMB bench: quarry {} vs {versus}; client: the smb crate; {} ranks x {} MiB ({} writes in flight each), {} training files of {} MiB ±50% ({} readers), fan-out {} x {} MiB, {} small files in {} dirs ({} workers), a {}-entry directory; best of {} A/B runs; raw output in {}",
+        "SMB bench: quarry {} vs {versus}; client: the smb crate; {} ranks x {} MiB (write depth {}), {} training files of {} MiB ±50% ({} readers), fan-out {} x {} MiB, {} small files in {} dirs ({} workers), a {}-entry directory; best of {} A/B runs; raw output in {}",
         quarry_bin.display(),
         a.ranks,
         a.rank_mib,
