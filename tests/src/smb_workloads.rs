@@ -425,8 +425,9 @@ pub async fn checkpoint_write(
     setup.mkdir("ckpt").await?;
     setup.close().await;
     let payloads = Arc::new(Payloads::new(0xc4e5));
-    // Credits for `depth` writes of the largest size (128 credits of 64 KiB each).
-    let credits = (depth > 1).then(|| u16::try_from(depth * 128).unwrap_or(u16::MAX));
+    // Credits for `depth` writes of the largest size (a credit covers 64 KiB).
+    let per_write = IO_MAX / (64 << 10);
+    let credits = (depth > 1).then(|| u16::try_from(depth * per_write).unwrap_or(u16::MAX));
     let t = Target {
         credits: credits.or(t.credits),
         ..t.clone()
@@ -465,7 +466,6 @@ pub async fn checkpoint_write(
                 while let Some(done) = in_flight.next().await {
                     done?;
                 }
-                drop(in_flight);
                 file.flush()
                     .await
                     .with_context(|| format!("flush {name}"))?;
