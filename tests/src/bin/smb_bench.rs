@@ -307,15 +307,52 @@ const WEIGHTS: &str = "weights.bin";
 /// The server's own data the bench writes into (cleared before every run).
 const WRITTEN: [&str; 3] = ["ckpt", "small", "xcheck.bin"];
 
-/// Removes what earlier runs wrote into the share (the prepared data sets stay).
+/// Where [`clear_written`] puts what a run wrote: a directory of the share that no
+/// workload reads, so on the share's own file system; it goes with the bench's temporary
+/// directories when the bench exits.
+const SPENT: &str = ".bench-spent";
+
+/// Empties what earlier runs wrote into the share and moves it aside (the prepared data
+/// sets stay), without freeing its inodes until the bench exits.
+///
+/// Deleting would tax the runs that follow. On ext4 without a journal (this lab's root
+/// file system, `/tmp` included), every new inode's allocation steps over each inode of its
+/// group freed in the last minute (six while the freed inode's table block is not yet
+/// written back), one lookup at a time, so the 20,000 small files an earlier run deleted
+/// cost each create of the next run tens of microseconds, on either server: Quarry's CPU per
+/// 1,000 small files went from 142.5 ms to 217 in a run after such a deletion, on a fresh
+/// file system (RESULTS.md, 2026-12-01). Truncating frees the data; the inodes stay
+/// allocated.
 fn clear_written(share_dir: &Path) -> anyhow::Result<()> {
+    static CLEARED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let spent = share_dir.join(SPENT);
     for name in WRITTEN {
         let p = share_dir.join(name);
-        if p.is_dir() {
-            std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
-        } else if p.exists() {
-            std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+        if std::fs::symlink_metadata(&p).is_err() {
+            continue;
         }
+        empty_tree(&p).with_context(|| format!("emptying {}", p.display()))?;
+        std::fs::create_dir_all(&spent)?;
+        let n = CLEARED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let aside = spent.join(format!("{n}-{name}"));
+        std::fs::rename(&p, &aside)
+            .with_context(|| format!("moving {} to {}", p.display(), aside.display()))?;
+    }
+    Ok(())
+}
+
+/// Truncates every regular file under `path` (or `path` itself) to nothing.
+fn empty_tree(path: &Path) -> std::io::Result<()> {
+    let meta = std::fs::symlink_metadata(path)?;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            empty_tree(&entry?.path())?;
+        }
+    } else if meta.is_file() && meta.len() > 0 {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)?
+            .set_len(0)?;
     }
     Ok(())
 }
