@@ -970,3 +970,63 @@ fn main() -> anyhow::Result<()> {
     q.stop()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, bytes: usize) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, vec![7u8; bytes]).unwrap();
+    }
+
+    /// Clearing frees the data but no inode: every file a run wrote still exists, empty,
+    /// outside the names the next run writes, and clearing twice keeps both runs' files.
+    #[test]
+    fn clearing_empties_and_keeps_every_file_a_run_wrote() {
+        use std::os::unix::fs::MetadataExt;
+        let share = tempfile::tempdir().unwrap();
+        let s = share.path();
+        let mut inodes = Vec::new();
+        for run in 0..2 {
+            let made = [
+                s.join("small/d000/f000000.dat"),
+                s.join("small/d001/f000001.dat"),
+                s.join("ckpt/rank0.model"),
+                s.join("xcheck.bin"),
+            ];
+            for p in &made {
+                write(p, 5000 + run);
+                inodes.push(std::fs::metadata(p).unwrap().ino());
+            }
+            write(&s.join("train/t0.bin"), 300);
+            clear_written(s).unwrap();
+            for name in WRITTEN {
+                assert!(!s.join(name).exists(), "{name} left in the share");
+            }
+        }
+        let mut kept = Vec::new();
+        let mut stack = vec![s.join(SPENT)];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let (path, meta) = {
+                    let e = entry.unwrap();
+                    (e.path(), e.metadata().unwrap())
+                };
+                if meta.is_dir() {
+                    stack.push(path);
+                } else {
+                    assert_eq!(meta.len(), 0, "{} not emptied", path.display());
+                    kept.push(meta.ino());
+                }
+            }
+        }
+        inodes.sort_unstable();
+        kept.sort_unstable();
+        assert_eq!(kept, inodes);
+        assert_eq!(
+            std::fs::metadata(s.join("train/t0.bin")).unwrap().len(),
+            300
+        );
+    }
+}
