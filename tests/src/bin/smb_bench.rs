@@ -204,6 +204,57 @@ impl Reference {
     }
 }
 
+/// The servers and temporary directories of this bench, for [`clean_up_on_interrupt`].
+static LEFTOVERS: std::sync::Mutex<(Vec<u32>, Vec<PathBuf>)> =
+    std::sync::Mutex::new((Vec::new(), Vec::new()));
+
+/// Registers a server process, or a directory, that an interrupted bench must not leave
+/// behind.
+fn leave_nothing(pid: Option<u32>, dir: Option<&Path>) {
+    if let Ok(mut left) = LEFTOVERS.lock() {
+        left.0.extend(pid);
+        left.1.extend(dir.map(Path::to_owned));
+    }
+}
+
+/// On SIGINT or SIGTERM, kills the registered servers, removes the registered directories
+/// and exits with status 130. The destructors that do this on a normal exit, or on an
+/// error, never run when a signal ends the process, and a full run's directories hold
+/// tens of GiB (two shares' data sets, checkpoints and small files).
+fn clean_up_on_interrupt(rt: &tokio::runtime::Runtime) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let _guard = rt.enter();
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        eprintln!("warning: no signal handler: an interrupted bench leaves its files behind");
+        return;
+    };
+    rt.spawn(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        let (pids, dirs) = LEFTOVERS
+            .lock()
+            .map(|mut left| std::mem::take(&mut *left))
+            .unwrap_or_default();
+        for pid in pids {
+            // SAFETY: signals a server this bench started.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        for dir in &dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        eprintln!(
+            "interrupted: servers stopped, {} temporary directories removed",
+            dirs.len()
+        );
+        std::process::exit(130);
+    });
+}
+
 /// Starts the Quarry built at `bin` with the bench's user and share.
 fn start_quarry(
     bin: &Path,
@@ -211,6 +262,7 @@ fn start_quarry(
     title: &'static str,
 ) -> anyhow::Result<(QuarryProcess, Server)> {
     let q = QuarryProcess::start_binary(bin)?;
+    leave_nothing(q.pid(), q.data.parent());
     let api = q.admin()?;
     api.create("/api/v1/users", &json!({"name": USER, "password": PASS}))?;
     api.create("/api/v1/shares", &json!({"name": SHARE, "users": [USER]}))?;
@@ -680,7 +732,14 @@ fn main() -> anyhow::Result<()> {
     wl::keep_freed_memory();
     std::fs::create_dir_all(&a.out)?;
     let out = a.out.canonicalize()?;
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()?;
+    clean_up_on_interrupt(&rt);
     let work = tempfile::tempdir()?;
+    leave_nothing(None, Some(work.path()));
     let quarry_bin = quarry_tests::quarry_bin()?;
     let versus = match &a.baseline {
         Some(bin) => format!("the quarry at {}", bin.display()),
@@ -737,6 +796,8 @@ fn main() -> anyhow::Result<()> {
                 },
             )?;
             let pid = smbd.pid();
+            // Its directory is inside `work`.
+            leave_nothing(Some(pid), None);
             let server = Server {
                 name: "samba",
                 title: "Samba",
@@ -771,12 +832,6 @@ fn main() -> anyhow::Result<()> {
         tcp_fanout.before,
         a.fanout
     );
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()?;
-
     let mut measured = Vec::new();
     for &mode in &a.modes {
         // Every run's figures, per workload, for each server.
