@@ -1021,6 +1021,11 @@ fn main() -> anyhow::Result<()> {
         out.join("table.md"),
         format!("{ceilings}\n{table}\n{notes}"),
     )?;
+    // A stopped server's process id may be reused: an interrupt from here on removes the
+    // directories only.
+    if let Ok(mut left) = LEFTOVERS.lock() {
+        left.0.clear();
+    }
     reference.stop()?;
     q.stop()?;
     Ok(())
