@@ -204,16 +204,27 @@ impl Reference {
     }
 }
 
-/// The servers and temporary directories of this bench, for [`clean_up_on_interrupt`].
-static LEFTOVERS: std::sync::Mutex<(Vec<u32>, Vec<PathBuf>)> =
-    std::sync::Mutex::new((Vec::new(), Vec::new()));
+/// What an interrupted bench must not leave behind ([`clean_up_on_interrupt`]).
+#[derive(Default)]
+struct Leftovers {
+    /// Process ids of the servers it started.
+    servers: Vec<u32>,
+    /// Its temporary directories.
+    dirs: Vec<PathBuf>,
+}
+
+/// This bench's [`Leftovers`], registered as it makes them.
+static LEFTOVERS: std::sync::Mutex<Leftovers> = std::sync::Mutex::new(Leftovers {
+    servers: Vec::new(),
+    dirs: Vec::new(),
+});
 
 /// Registers a server process, or a directory, that an interrupted bench must not leave
 /// behind.
 fn leave_nothing(pid: Option<u32>, dir: Option<&Path>) {
     if let Ok(mut left) = LEFTOVERS.lock() {
-        left.0.extend(pid);
-        left.1.extend(dir.map(Path::to_owned));
+        left.servers.extend(pid);
+        left.dirs.extend(dir.map(Path::to_owned));
     }
 }
 
@@ -236,11 +247,11 @@ fn clean_up_on_interrupt(rt: &tokio::runtime::Runtime) {
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
-        let (pids, dirs) = LEFTOVERS
+        let Leftovers { servers, dirs } = LEFTOVERS
             .lock()
             .map(|mut left| std::mem::take(&mut *left))
             .unwrap_or_default();
-        for pid in pids {
+        for pid in servers {
             // SAFETY: signals a server this bench started.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
@@ -1024,7 +1035,7 @@ fn main() -> anyhow::Result<()> {
     // A stopped server's process id may be reused: an interrupt from here on removes the
     // directories only.
     if let Ok(mut left) = LEFTOVERS.lock() {
-        left.0.clear();
+        left.servers.clear();
     }
     reference.stop()?;
     q.stop()?;
