@@ -2431,3 +2431,140 @@ fn a_file_changed_within_the_settle_time_is_read_but_not_shared() {
     assert_eq!(a.file.read_at(0, &mut buf).unwrap(), 300_000);
     assert_eq!(buf, data);
 }
+
+/// Starts `data` at `offset` through `file`'s io_uring path, failing the test if the write
+/// is not started there (the ring is missing or the size lock was taken).
+async fn started_write(
+    file: &Arc<dyn FsFile>,
+    offset: u64,
+    data: Vec<u8>,
+) -> Result<usize, FsError> {
+    match file.clone().write_started(offset, Box::new(data), false) {
+        Ok(started) => started.await,
+        Err(_) => panic!("the write was not started through the ring"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn started_writes_charge_and_land_as_write_at_does() {
+    let fx = fixture_with(Some(1000), false);
+    let f: Arc<dyn FsFile> = Arc::from(open(&fx, "f", D::Create).unwrap().file);
+    assert_eq!(started_write(&f, 0, vec![7u8; 600]).await.unwrap(), 600);
+    assert_eq!(fx.quota.used(), 600);
+    // In place: nothing charged.
+    assert_eq!(started_write(&f, 0, vec![8u8; 600]).await.unwrap(), 600);
+    assert_eq!(fx.quota.used(), 600);
+    // Past the quota: fails whole, nothing lands, nothing stays charged.
+    let err = started_write(&f, 500, vec![9u8; 600]).await.unwrap_err();
+    assert_eq!(err.nt_status(), nt::DISK_FULL);
+    assert_eq!(fx.quota.used(), 600);
+    assert_eq!(fs::read(fx.root.join("f")).unwrap(), vec![8u8; 600]);
+    // Up to the limit exactly, with a hole before it.
+    assert_eq!(started_write(&f, 700, vec![1u8; 300]).await.unwrap(), 300);
+    assert_eq!(fx.quota.used(), 1000);
+    let data = fs::read(fx.root.join("f")).unwrap();
+    assert_eq!(data.len(), 1000);
+    assert!(data[600..700].iter().all(|b| *b == 0));
+    assert!(data[700..].iter().all(|b| *b == 1));
+    // The size hint follows: an in-place write over the new end stays uncharged.
+    assert_eq!(started_write(&f, 900, vec![2u8; 100]).await.unwrap(), 100);
+    assert_eq!(fx.quota.used(), 1000);
+    // A read-only open refuses before anything starts.
+    let r: Arc<dyn FsFile> = Arc::from(open_to_read(&fx, "f").file);
+    let refused = r.write_started(0, Box::new(vec![0u8; 10]), false);
+    let err = refused
+        .ok()
+        .expect("refused as a result")
+        .await
+        .unwrap_err();
+    assert_eq!(err.nt_status(), nt::ACCESS_DENIED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_that_must_sync_or_go_direct_are_left_to_the_pool() {
+    let fx = fixture();
+    let f: Arc<dyn FsFile> = Arc::from(open(&fx, "f", D::Create).unwrap().file);
+    assert!(f
+        .clone()
+        .write_started(0, Box::new(vec![1u8; 10]), true)
+        .is_err());
+    let large = vec![1u8; super::direct::DIRECT_MIN];
+    assert!(f.clone().write_started(0, Box::new(large), false).is_err());
+    assert!(f
+        .clone()
+        .write_started(0, Box::new(Vec::new()), false)
+        .is_err());
+    assert_eq!(fx.quota.used(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_write_finishes_though_its_request_is_dropped() {
+    let fx = fixture_with(Some(1 << 20), false);
+    let f: Arc<dyn FsFile> = Arc::from(open(&fx, "f", D::Create).unwrap().file);
+    let started = f.clone().write_started(0, Box::new(vec![5u8; 4096]), false);
+    drop(started.ok().expect("started"));
+    drop(f);
+    // The write, its charge and the release of its locks complete on their own.
+    let path = fx.root.join("f");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while fs::metadata(&path).unwrap().len() < 4096 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the write never landed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(fs::read(&path).unwrap(), vec![5u8; 4096]);
+    assert_eq!(fx.quota.used(), 4096);
+    // The size lock was released: a blocking write of another open goes through.
+    let g = open(&fx, "f", D::Open).unwrap();
+    tokio::task::spawn_blocking(move || g.file.write_at(4096, &[6u8; 10], false))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fx.quota.used(), 4106);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn started_and_pooled_extending_writes_charge_each_byte_once() {
+    // Tasks race to extend one file through four opens; a write that finds the size lock
+    // taken goes to the pool, so both kinds of holder meet on the same lock.
+    let fx = fixture_with(Some(1 << 20), false);
+    let files: Vec<Arc<dyn FsFile>> = (0..4)
+        .map(|_| Arc::from(open(&fx, "shared", D::OpenIf).unwrap().file))
+        .collect();
+    let pooled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        let f = f.clone();
+        let pooled = pooled.clone();
+        tasks.push(tokio::spawn(async move {
+            for k in 0..64u64 {
+                let off = (k * 4 + i as u64) * 1024;
+                let data = vec![i as u8 + 1; 1024];
+                match f.clone().write_started(off, Box::new(data), false) {
+                    Ok(started) => assert_eq!(started.await.unwrap(), 1024),
+                    Err(data) => {
+                        pooled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let f = f.clone();
+                        tokio::task::spawn_blocking(move || {
+                            f.write_at(off, (*data).as_ref(), false)
+                        })
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let data = fs::read(fx.root.join("shared")).unwrap();
+    assert_eq!(data.len(), 256 * 1024);
+    for (n, chunk) in data.chunks(1024).enumerate() {
+        assert!(chunk.iter().all(|b| *b == (n % 4) as u8 + 1), "chunk {n}");
+    }
+    assert_eq!(fx.quota.used(), 256 * 1024);
+}
