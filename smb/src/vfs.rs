@@ -24,15 +24,6 @@ pub mod wildcard;
 
 use std::fmt;
 
-/// A WRITE's data, owned, for [`FsFile::write_started`]: the storage keeps it until the
-/// kernel has written it. The bytes must not move while it lives (a heap buffer).
-pub type WriteBuf = Box<dyn AsRef<[u8]> + Send + Sync>;
-
-/// A write [`FsFile::write_started`] began: resolves to the bytes written, as
-/// [`FsFile::write_at`] returns.
-pub type WriteStarted =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<usize, FsError>> + Send>>;
-
 /// NTSTATUS values the storage layer maps errors to (MS-ERREF 2.3.1): the codec's table
 /// ([`crate::proto::status`]) plus the few file-system statuses it does not carry.
 pub mod nt {
@@ -394,21 +385,6 @@ pub trait FsFile: Send + Sync {
     /// quota (or the disk) cannot hold it. Durable before returning if `write_through` is
     /// set here or the open had WRITE_THROUGH.
     fn write_at(&self, offset: u64, data: &[u8], write_through: bool) -> Result<usize, FsError>;
-    /// [`FsFile::write_at`] started without a thread of the blocking pool, for storage
-    /// that can hand the write to the kernel and be told when it is done (io_uring): the
-    /// pool's hand-off costs two thread wake-ups per write. The future resolves as
-    /// `write_at` would return, and the write goes on to its end (with its bookkeeping)
-    /// even if the future is dropped. `Err(data)` when this storage or this write cannot
-    /// start so; the caller then calls `write_at` on the blocking pool. The default never
-    /// starts.
-    fn write_started(
-        self: std::sync::Arc<Self>,
-        _offset: u64,
-        data: WriteBuf,
-        _write_through: bool,
-    ) -> Result<WriteStarted, WriteBuf> {
-        Err(data)
-    }
     /// Makes written data durable (fdatasync). FLUSH.
     fn flush(&self) -> Result<(), FsError>;
     /// Current metadata.

@@ -15,8 +15,7 @@ use std::time::{Instant, SystemTime};
 use quarry_smb::vfs::names::split_path;
 use quarry_smb::vfs::{
     attr, filetime_to_unix, AllocatedRange, BasicInfoChange, DirCursor, FileInfo, FsError, FsFile,
-    SharedData, StoredDescriptor, StreamInfo, WriteBuf, WriteStarted, FILETIME_FREEZE,
-    FILETIME_THAW,
+    SharedData, StoredDescriptor, StreamInfo, FILETIME_FREEZE, FILETIME_THAW,
 };
 
 use super::attrs;
@@ -29,9 +28,6 @@ use super::shared_reads;
 use super::sys::{self, unix_now};
 use super::write_time::{unix_nanos, Fix, UnixTime, WriteTimeState};
 use super::{InodeShared, ShareInner};
-
-#[path = "started_write.rs"]
-mod started_write;
 
 /// Largest end-of-file accepted (the `off_t` range).
 const MAX_FILE_SIZE: u64 = i64::MAX as u64;
@@ -118,8 +114,8 @@ impl PosixFile {
     }
 
     /// Holds the file's size lock (streams serialise their read-modify-writes on it).
-    pub(crate) fn size_lock(&self) -> super::size_lock::SizeWrite<'_> {
-        self.shared.size.write()
+    pub(crate) fn size_lock(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
+        self.shared.size.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// fsync: data and metadata (xattrs included).
@@ -331,7 +327,7 @@ impl PosixFile {
     /// first, and cut back off the file if the write fails. Returns the write time shown
     /// before it, for the write-time step.
     fn write_extending(&self, offset: u64, end: u64, data: &[u8]) -> Result<UnixTime, FsError> {
-        let _g = self.shared.size.write();
+        let _g = self.shared.size.write().unwrap_or_else(|p| p.into_inner());
         let _c = self.shared.reads.changing();
         let st = self.stat()?;
         let old = st.size;
@@ -364,7 +360,7 @@ impl PosixFile {
         if new > MAX_FILE_SIZE {
             return Err(FsError::InvalidParameter("end of file beyond 2^63".into()));
         }
-        let _g = self.shared.size.write();
+        let _g = self.shared.size.write().unwrap_or_else(|p| p.into_inner());
         let _c = self.shared.reads.changing();
         let old = self.size()?;
         if new > old {
@@ -628,7 +624,7 @@ impl FsFile for PosixFile {
         let written_in_place = if end > hint.load(Ordering::Relaxed) {
             None
         } else {
-            let _g = self.shared.size.read();
+            let _g = self.shared.size.read().unwrap_or_else(|p| p.into_inner());
             let st = self.stat()?;
             hint.store(st.size, Ordering::Relaxed);
             if end <= st.size {
@@ -651,15 +647,6 @@ impl FsFile for PosixFile {
             self.sync_data()?;
         }
         Ok(data.len())
-    }
-
-    fn write_started(
-        self: Arc<Self>,
-        offset: u64,
-        data: WriteBuf,
-        write_through: bool,
-    ) -> Result<WriteStarted, WriteBuf> {
-        self.start_write(offset, data, write_through)
     }
 
     fn flush(&self) -> Result<(), FsError> {
@@ -945,7 +932,7 @@ impl FsFile for PosixFile {
         } else {
             names.lock_dir(parent_fd.as_fd())?
         };
-        let _g = self.shared.size.write();
+        let _g = self.shared.size.write().unwrap_or_else(|p| p.into_inner());
         let st = sys::fstat(self.file.as_fd()).map_err(io_err("stat"))?;
         sys::unlinkat(parent_fd.as_fd(), &cname, self.is_dir)
             .map_err(|e| FsError::from_io(format!("delete {name:?}"), e))?;
@@ -1005,7 +992,7 @@ impl FsFile for PosixFile {
 
     fn zero_data(&self, offset: u64, length: u64) -> Result<(), FsError> {
         self.check_writable()?;
-        let _g = self.shared.size.read();
+        let _g = self.shared.size.read().unwrap_or_else(|p| p.into_inner());
         let _c = self.shared.reads.changing();
         let st = self.stat()?;
         let size = st.size;

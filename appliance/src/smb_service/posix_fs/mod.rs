@@ -32,20 +32,18 @@ pub mod outside;
 pub mod resolve;
 pub mod shared_reads;
 pub mod shown_time;
-pub(crate) mod size_lock;
 pub mod stream;
 pub mod stream_store;
 pub mod sys;
 #[cfg(test)]
 mod tests;
-pub(crate) mod write_ring;
 pub mod write_time;
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use quarry_smb::vfs::names::split_path;
 use quarry_smb::vfs::{
@@ -88,7 +86,7 @@ pub struct PosixShareConfig {
 #[derive(Debug, Default)]
 pub struct InodeShared {
     /// Size-change lock.
-    pub(crate) size: size_lock::SizeLock,
+    pub(crate) size: RwLock<()>,
     /// The size an open last saw or set under the size lock. A write ending beyond it
     /// most likely extends the file, so it takes the lock's write half at once instead of
     /// first reading the size under the read half. Only a hint: both halves read the
@@ -102,25 +100,6 @@ pub struct InodeShared {
     /// Recent large reads that other opens may answer with, and the count of data changes
     /// that ends them.
     pub(crate) reads: shared_reads::SharedReads,
-}
-
-/// A change of a file's data in progress, as [`shared_reads::Changing`], held by an owner
-/// that may end it on another thread: a WRITE through io_uring ([`write_ring`]) ends when
-/// the ring's completion is handled.
-#[must_use = "the change counts as done when this is dropped"]
-pub(crate) struct OwnedChanging(Arc<InodeShared>);
-
-impl OwnedChanging {
-    pub(crate) fn new(shared: &Arc<InodeShared>) -> Self {
-        shared.reads.begin_change();
-        OwnedChanging(shared.clone())
-    }
-}
-
-impl Drop for OwnedChanging {
-    fn drop(&mut self) {
-        self.0.reads.end_change();
-    }
 }
 
 /// The [`InodeShared`] of every open file of a share.

@@ -160,7 +160,7 @@ pub struct Changing<'a>(&'a SharedReads);
 
 impl Drop for Changing<'_> {
     fn drop(&mut self) {
-        self.0.end_change();
+        self.0.changes.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -168,20 +168,8 @@ impl SharedReads {
     /// Counts a change of the file's data as begun; it counts as done when the guard drops.
     /// Hold it across the change.
     pub fn changing(&self) -> Changing<'_> {
-        self.begin_change();
+        self.changes.fetch_add(1, Ordering::SeqCst);
         Changing(self)
-    }
-
-    /// Counts a change as begun. Every call is matched by one [`Self::end_change`]:
-    /// [`Changing`] pairs them for a change made within one call, `super::OwnedChanging`
-    /// for one that ends on another thread (a WRITE through io_uring).
-    pub(crate) fn begin_change(&self) {
-        self.changes.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Counts a change begun by [`Self::begin_change`] as done.
-    pub(crate) fn end_change(&self) {
-        self.changes.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Notes that open `reader` (any number unique among the file's live opens) reads at

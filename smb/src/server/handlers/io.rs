@@ -180,16 +180,7 @@ pub async fn write(conn: &mut Connection, ctx: &mut Ctx<'_>, req: WriteRequest<'
     let data = WriteData::new(ctx.frame.as_ref(), req.data);
     let offset = req.offset;
     let work = async move {
-        // Started without the blocking pool where the storage can (io_uring).
-        let n = match f
-            .clone()
-            .write_started(offset, Box::new(data), write_through)
-        {
-            Ok(started) => super::storage_status(started.await)?,
-            Err(data) => {
-                blocking(move || f.write_at(offset, (*data).as_ref(), write_through)).await?
-            }
-        };
+        let n = blocking(move || f.write_at(offset, data.bytes(), write_through)).await?;
         position.store(offset.saturating_add(n as u64), Ordering::Relaxed);
         if let Some(o) = observer {
             o.add_written(n as u64);
@@ -220,10 +211,8 @@ impl WriteData {
         }
         WriteData::Copy(data.to_vec())
     }
-}
 
-impl AsRef<[u8]> for WriteData {
-    fn as_ref(&self) -> &[u8] {
+    fn bytes(&self) -> &[u8] {
         match self {
             WriteData::Frame(f, r) => f.get(r.clone()).unwrap_or(&[]),
             WriteData::Copy(v) => v,

@@ -32,26 +32,22 @@ where
     F: FnOnce() -> Result<T, FsError> + Send + 'static,
 {
     match tokio::task::spawn_blocking(f).await {
-        Ok(result) => storage_status(result),
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            // An I/O error without a specific status is the server's fault (the
+            // client only sees UNSUCCESSFUL or IO_DEVICE_ERROR): worth a warning.
+            if matches!(e, FsError::Io { .. }) {
+                tracing::warn!(error = %e, "storage call failed");
+            } else {
+                tracing::debug!(error = %e, "storage call failed");
+            }
+            Err(e.nt_status())
+        }
         Err(e) => {
             tracing::error!(error = %e, "storage task failed");
             Err(status::INTERNAL_ERROR)
         }
     }
-}
-
-/// A storage call's result with its error mapped to an NTSTATUS (and logged).
-pub fn storage_status<T>(result: Result<T, FsError>) -> Result<T, u32> {
-    result.map_err(|e| {
-        // An I/O error without a specific status is the server's fault (the client only
-        // sees UNSUCCESSFUL or IO_DEVICE_ERROR): worth a warning.
-        if matches!(e, FsError::Io { .. }) {
-            tracing::warn!(error = %e, "storage call failed");
-        } else {
-            tracing::debug!(error = %e, "storage call failed");
-        }
-        e.nt_status()
-    })
 }
 
 /// Runs a storage call that can be answered from the kernel's caches on the request's own
