@@ -169,6 +169,7 @@ impl TaskRing {
     }
 }
 
+/// One task: takes the next file until none is left and makes it in the run's mode.
 async fn worker(work: Arc<Work>) -> Result<()> {
     let mut ring = match work.mode {
         Mode::Uring => Some(TaskRing::new()?),
@@ -179,22 +180,22 @@ async fn worker(work: Arc<Work>) -> Result<()> {
         let Some(job) = work.jobs.get(i) else {
             return Ok(());
         };
-        let data = &work.data[..job.len];
-        match (work.mode, ring.as_mut()) {
-            (Mode::Inline, _) => {
-                let path = join(&job.dir, &job.name);
+        let data = work
+            .data
+            .get(..job.len)
+            .context("file larger than the data")?;
+        let path = join(&job.dir, &job.name);
+        match ring.as_mut() {
+            None if work.mode == Mode::Inline => {
                 let fd = create_blocking(&path)?;
                 write_blocking(&fd, data)?;
             }
-            (Mode::Pool, _) => {
-                let path = join(&job.dir, &job.name);
+            None => {
                 let fd = tokio::task::spawn_blocking(move || create_blocking(&path)).await??;
-                let w = work.clone();
-                let len = job.len;
+                let (w, len) = (work.clone(), job.len);
                 tokio::task::spawn_blocking(move || write_blocking(&fd, &w.data[..len])).await??;
             }
-            (Mode::Uring, Some(ring)) => {
-                let path = join(&job.dir, &job.name);
+            Some(ring) => {
                 let open = opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), path.as_ptr())
                     .flags(CREATE_FLAGS)
                     .mode(0o644)
@@ -216,9 +217,61 @@ async fn worker(work: Arc<Work>) -> Result<()> {
                     bail!("write returned {n}");
                 }
             }
-            (Mode::Uring, None) => unreachable!("uring mode makes its ring"),
         }
     }
+}
+
+/// A small fast pseudo-random sequence (xorshift64): file sizes and contents.
+struct Xorshift(u64);
+
+impl Xorshift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Makes `dirs` directories under `base` and plans `files` files spread over them, of
+/// sizes between `min` and `max` bytes.
+fn plan(
+    base: &Path,
+    dirs: usize,
+    files: usize,
+    min: usize,
+    max: usize,
+    rng: &mut Xorshift,
+) -> Result<Vec<Job>> {
+    std::fs::create_dir(base)?;
+    let mut made = Vec::new();
+    for d in 0..dirs {
+        let p = base.join(format!("d{d:03}"));
+        std::fs::create_dir(&p)?;
+        made.push(cstr(&p)?);
+    }
+    (0..files)
+        .map(|i| {
+            Ok(Job {
+                dir: made[i % made.len()].clone(),
+                name: CString::new(format!("f{i:06}.bin"))?,
+                len: min + (rng.next() as usize % (max - min + 1)),
+            })
+        })
+        .collect()
+}
+
+/// Runs `work` on `rt` with `tasks` tasks and waits for all of them.
+fn run(rt: &tokio::runtime::Runtime, work: &Arc<Work>, tasks: usize) -> Result<()> {
+    rt.block_on(async {
+        let handles: Vec<_> = (0..tasks)
+            .map(|_| tokio::spawn(worker(work.clone())))
+            .collect();
+        for h in handles {
+            h.await??;
+        }
+        Ok(())
+    })
 }
 
 fn join(dir: &CString, name: &CString) -> CString {
@@ -239,6 +292,9 @@ fn main() -> Result<()> {
     if args.min_kib == 0 || args.max_kib < args.min_kib {
         bail!("sizes: 0 < --min-kib <= --max-kib");
     }
+    if args.dirs == 0 || args.tasks == 0 || args.workers == 0 {
+        bail!("--dirs, --tasks and --workers must be at least 1");
+    }
     let root = tempfile::Builder::new()
         .prefix("handoff-bench")
         .tempdir_in(&args.dir)
@@ -247,14 +303,8 @@ fn main() -> Result<()> {
         .worker_threads(args.workers)
         .enable_all()
         .build()?;
-    let mut data = vec![0u8; args.max_kib * 1024];
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    for b in data.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
+    let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15);
+    let data: Vec<u8> = (0..args.max_kib * 1024).map(|_| rng.next() as u8).collect();
     println!(
         "{} files of {}-{} KiB in {} directories, {} tasks, {} workers, in {}",
         args.files,
@@ -267,30 +317,16 @@ fn main() -> Result<()> {
     );
     println!("run  mode    files/s  CPU ms/1k  sleeps/file");
     let mut results: Vec<(Mode, f64, f64)> = Vec::new();
-    for run in 0..args.runs {
+    for run_no in 0..args.runs {
         for &mode in &modes {
-            let base = root.path().join(format!("{run}-{mode:?}"));
-            std::fs::create_dir(&base)?;
-            let mut dirs = Vec::new();
-            for d in 0..args.dirs {
-                let p = base.join(format!("d{d:03}"));
-                std::fs::create_dir(&p)?;
-                dirs.push(cstr(&p)?);
-            }
-            let span = (args.max_kib - args.min_kib) * 1024;
-            let jobs = (0..args.files)
-                .map(|i| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let len = args.min_kib * 1024 + (x as usize % (span + 1));
-                    Ok(Job {
-                        dir: dirs[i % args.dirs].clone(),
-                        name: CString::new(format!("f{i:06}.bin"))?,
-                        len,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let jobs = plan(
+                &root.path().join(format!("{run_no}-{mode:?}")),
+                args.dirs,
+                args.files,
+                args.min_kib * 1024,
+                args.max_kib * 1024,
+                &mut rng,
+            )?;
             let work = Arc::new(Work {
                 jobs,
                 next: 0.into(),
@@ -299,22 +335,14 @@ fn main() -> Result<()> {
             });
             let (cpu0, sw0) = usage();
             let start = Instant::now();
-            rt.block_on(async {
-                let tasks: Vec<_> = (0..args.tasks)
-                    .map(|_| tokio::spawn(worker(work.clone())))
-                    .collect();
-                for t in tasks {
-                    t.await??;
-                }
-                anyhow::Ok(())
-            })?;
+            run(&rt, &work, args.tasks)?;
             let secs = start.elapsed().as_secs_f64();
             let (cpu1, sw1) = usage();
             let n = args.files as f64;
             let rate = n / secs;
             let cpu = (cpu1 - cpu0) * 1e6 / n;
             println!(
-                "{run:>3}  {:<6} {rate:>8.0}  {cpu:>9.1}  {:>11.2}",
+                "{run_no:>3}  {:<6} {rate:>8.0}  {cpu:>9.1}  {:>11.2}",
                 format!("{mode:?}").to_lowercase(),
                 (sw1 - sw0) as f64 / n
             );
@@ -347,4 +375,38 @@ fn main() -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mode_makes_every_file_whole() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut rng = Xorshift(7);
+        let data: Vec<u8> = (0..8192).map(|_| rng.next() as u8).collect();
+        for mode in [Mode::Pool, Mode::Uring, Mode::Inline] {
+            let base = root.path().join(format!("{mode:?}"));
+            let jobs = plan(&base, 3, 40, 1, 8192, &mut rng).expect("plan");
+            let sizes: Vec<usize> = jobs.iter().map(|j| j.len).collect();
+            let work = Arc::new(Work {
+                jobs,
+                next: 0.into(),
+                data: data.clone(),
+                mode,
+            });
+            run(&rt, &work, 4).expect("run");
+            for (i, len) in sizes.into_iter().enumerate() {
+                let path = base.join(format!("d{:03}/f{i:06}.bin", i % 3));
+                let got = std::fs::read(&path).expect("file made");
+                assert_eq!(got, data[..len], "{mode:?} file {i}");
+            }
+        }
+    }
 }
