@@ -115,20 +115,15 @@ fn create_blocking(path: &CString) -> std::io::Result<OwnedFd> {
 }
 
 fn write_blocking(fd: &OwnedFd, data: &[u8]) -> std::io::Result<()> {
-    let n = nix_pwrite(fd.as_raw_fd(), data)?;
-    if n != data.len() {
-        return Err(std::io::Error::other("short write"));
-    }
-    Ok(())
-}
-
-fn nix_pwrite(fd: i32, data: &[u8]) -> std::io::Result<usize> {
     // SAFETY: `data` is valid for its length for the whole call.
-    let n = unsafe { libc::pwrite(fd, data.as_ptr().cast(), data.len(), 0) };
+    let n = unsafe { libc::pwrite(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), 0) };
     if n < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(n as usize)
+    if n as usize != data.len() {
+        return Err(std::io::Error::other("short write"));
+    }
+    Ok(())
 }
 
 /// A task's own ring, waited for in the reactor through a duplicate of its descriptor.
