@@ -31,6 +31,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use io_uring::{opcode, types, IoUring};
+use quarry_tests::smb_workloads::Rng;
+use quarry_tests::xorshift_bytes;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
@@ -74,10 +76,9 @@ struct Args {
     workers: usize,
 }
 
-/// One file to make: its directory, name and size.
+/// One file to make: its path and size.
 struct Job {
-    dir: CString,
-    name: CString,
+    path: CString,
     len: usize,
 }
 
@@ -89,7 +90,9 @@ struct Work {
     mode: Mode,
 }
 
-/// Process CPU time (user + system) and voluntary context switches so far.
+/// Process CPU time (user + system) and voluntary context switches so far. From
+/// `getrusage`, not `quarry_tests::procstat::own_cpu_seconds`: a run lasts about a second,
+/// and /proc counts in clock ticks of 10 ms, `getrusage` in microseconds.
 fn usage() -> (f64, i64) {
     // SAFETY: getrusage writes only into the struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -180,13 +183,14 @@ async fn worker(work: Arc<Work>) -> Result<()> {
             .data
             .get(..job.len)
             .context("file larger than the data")?;
-        let path = join(&job.dir, &job.name);
+        let path = &job.path;
         match ring.as_mut() {
             None if work.mode == Mode::Inline => {
-                let fd = create_blocking(&path)?;
+                let fd = create_blocking(path)?;
                 write_blocking(&fd, data)?;
             }
             None => {
+                let path = path.clone();
                 let fd = tokio::task::spawn_blocking(move || create_blocking(&path)).await??;
                 let (w, len) = (work.clone(), job.len);
                 tokio::task::spawn_blocking(move || write_blocking(&fd, &w.data[..len])).await??;
@@ -217,18 +221,6 @@ async fn worker(work: Arc<Work>) -> Result<()> {
     }
 }
 
-/// A small fast pseudo-random sequence (xorshift64): file sizes and contents.
-struct Xorshift(u64);
-
-impl Xorshift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// Makes `dirs` directories under `base` and plans `files` files spread over them, of
 /// sizes between `min` and `max` bytes.
 fn plan(
@@ -237,21 +229,20 @@ fn plan(
     files: usize,
     min: usize,
     max: usize,
-    rng: &mut Xorshift,
+    rng: &mut Rng,
 ) -> Result<Vec<Job>> {
     std::fs::create_dir(base)?;
     let mut made = Vec::new();
     for d in 0..dirs {
         let p = base.join(format!("d{d:03}"));
         std::fs::create_dir(&p)?;
-        made.push(cstr(&p)?);
+        made.push(p);
     }
     (0..files)
         .map(|i| {
             Ok(Job {
-                dir: made[i % made.len()].clone(),
-                name: CString::new(format!("f{i:06}.bin"))?,
-                len: min + (rng.next() as usize % (max - min + 1)),
+                path: cstr(&made[i % made.len()].join(format!("f{i:06}.bin")))?,
+                len: rng.between(min as u64, max as u64) as usize,
             })
         })
         .collect()
@@ -276,14 +267,6 @@ fn run(rt: &tokio::runtime::Runtime, work: &Arc<Work>, tasks: usize) -> Result<(
     })
 }
 
-fn join(dir: &CString, name: &CString) -> CString {
-    let mut v = dir.as_bytes().to_vec();
-    v.push(b'/');
-    v.extend_from_slice(name.as_bytes());
-    // Neither part holds a NUL.
-    CString::new(v).unwrap_or_default()
-}
-
 fn main() -> Result<()> {
     let args = Args::parse();
     let modes = if args.modes.is_empty() {
@@ -305,8 +288,8 @@ fn main() -> Result<()> {
         .worker_threads(args.workers)
         .enable_all()
         .build()?;
-    let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15);
-    let data: Vec<u8> = (0..args.max_kib * 1024).map(|_| rng.next() as u8).collect();
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
+    let data = xorshift_bytes(args.max_kib * 1024, 0x5eed);
     println!(
         "{} files of {}-{} KiB in {} directories, {} tasks, {} workers, in {}",
         args.files,
@@ -391,8 +374,8 @@ mod tests {
             .enable_all()
             .build()
             .expect("runtime");
-        let mut rng = Xorshift(7);
-        let data: Vec<u8> = (0..8192).map(|_| rng.next() as u8).collect();
+        let mut rng = Rng::new(7);
+        let data = xorshift_bytes(8192, 11);
         for mode in [Mode::Pool, Mode::Uring, Mode::Inline] {
             let base = root.path().join(format!("{mode:?}"));
             let jobs = plan(&base, 3, 40, 1, 8192, &mut rng).expect("plan");
