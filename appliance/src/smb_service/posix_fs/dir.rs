@@ -2,13 +2,20 @@
 //!
 //! The cursor streams the directory with its own `readdir` position, so a directory of any
 //! size is listed over as many responses as the client's buffers need, with memory bounded
-//! by one entry plus what the server pushed back. `.` and `..` come first. A pattern without
-//! wildcards is answered by a direct (case-insensitive) lookup instead of a scan.
+//! by the names it has read ahead (at most `NAMES_AHEAD` + `NAMES_PER_READ`, 768) plus what
+//! the server pushed back. `.` and `..` come first. A pattern without wildcards is answered
+//! by a direct (case-insensitive) lookup instead of a scan.
+//!
+//! Entries are described when answered, never from what was read ahead: of the names read
+//! ahead, a cold directory's are looked up on the blocking pool meanwhile (`Warming`),
+//! only to bring them into the kernel's caches.
 //!
 //! Entries the client could not use are skipped: names that are not UTF-8 or not valid
 //! Windows names, fifos/sockets/devices, and symlinks that dangle or lead out of the share.
 
+use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use quarry_smb::vfs::names::validate_component;
@@ -33,13 +40,20 @@ enum Phase {
 /// A resumable enumeration of one directory.
 pub struct PosixDirCursor {
     share: Arc<ShareInner>,
-    dir: OwnedFd,
+    /// Shared with the background lookups ([`Warming`]).
+    dir: Arc<OwnedFd>,
     /// Stored components of the directory (to resolve symlinks beneath the root).
     path: Vec<String>,
     pattern: Pattern,
     /// The pattern itself when it has no wildcard.
     literal: Option<String>,
     stream: Option<sys::DirStream>,
+    /// Names read from `stream` and not yet answered (those that pass the pattern).
+    queue: VecDeque<sys::RawEntry>,
+    /// `stream` has given its last name.
+    stream_done: bool,
+    /// Background lookups of names ahead of the answers.
+    warm: Warming,
     phase: Phase,
     pushed_back: Vec<DirEntry>,
     /// Read each entry's Apple stream metadata ([`DirCursor::want_mac_metadata`]).
@@ -59,11 +73,14 @@ impl PosixDirCursor {
         let literal = compiled.literal().map(|_| pattern.to_string());
         Ok(PosixDirCursor {
             share,
-            dir,
+            dir: Arc::new(dir),
             path,
             pattern: compiled,
             literal,
             stream: None,
+            queue: VecDeque::new(),
+            stream_done: false,
+            warm: Warming::default(),
             phase: Phase::Dot,
             pushed_back: Vec::new(),
             mac: false,
@@ -172,36 +189,61 @@ impl PosixDirCursor {
             };
             return self.entry(&stored, libc::DT_UNKNOWN);
         }
-        if self.stream.is_none() {
-            self.stream = Some(
-                sys::DirStream::open(self.dir.as_fd())
-                    .map_err(|e| FsError::from_io("open directory", e))?,
-            );
-        }
         loop {
-            let Some(stream) = self.stream.as_mut() else {
-                return Ok(None);
-            };
-            let Some(raw) = stream
-                .next_entry()
-                .map_err(|e| FsError::from_io("read directory", e))?
-            else {
+            if self.queue.len() <= NAMES_AHEAD && !self.stream_done {
+                self.read_ahead()?;
+            }
+            let Some(raw) = self.queue.pop_front() else {
                 self.phase = Phase::Done;
                 return Ok(None);
             };
             let Ok(name) = raw.name.into_string() else {
                 continue;
             };
-            if validate_component(&name).is_err()
-                || !self.pattern.matches(&name)
-                || super::stream_store::is_reserved(&name)
-            {
-                continue;
-            }
             if let Some(entry) = self.entry(&name, raw.d_type)? {
                 return Ok(Some(entry));
             }
         }
+    }
+
+    /// Reads up to [`NAMES_PER_READ`] more names that the pattern lets through into the queue,
+    /// and has them looked up in the background when they are not the next to answer.
+    fn read_ahead(&mut self) -> Result<(), FsError> {
+        if self.stream.is_none() {
+            self.stream = Some(
+                sys::DirStream::open(self.dir.as_fd())
+                    .map_err(|e| FsError::from_io("open directory", e))?,
+            );
+        }
+        let Some(stream) = self.stream.as_mut() else {
+            return Ok(());
+        };
+        let ahead = !self.queue.is_empty();
+        let mut chunk = Vec::new();
+        while chunk.len() < NAMES_PER_READ {
+            let Some(raw) = stream
+                .next_entry()
+                .map_err(|e| FsError::from_io("read directory", e))?
+            else {
+                self.stream_done = true;
+                break;
+            };
+            let Ok(name) = raw.name.to_str() else {
+                continue;
+            };
+            if validate_component(name).is_err()
+                || !self.pattern.matches(name)
+                || super::stream_store::is_reserved(name)
+            {
+                continue;
+            }
+            chunk.push(raw);
+        }
+        if ahead && !self.mac {
+            self.warm.start(&self.dir, &chunk);
+        }
+        self.queue.extend(chunk);
+        Ok(())
     }
 }
 
@@ -252,6 +294,9 @@ impl DirCursor for PosixDirCursor {
 
     fn restart(&mut self) -> Result<(), FsError> {
         self.pushed_back.clear();
+        self.queue.clear();
+        self.stream_done = false;
+        self.warm.stop();
         self.phase = Phase::Dot;
         if let Some(stream) = self.stream.as_mut() {
             stream.rewind();
@@ -262,4 +307,109 @@ impl DirCursor for PosixDirCursor {
     fn want_mac_metadata(&mut self) {
         self.mac = true;
     }
+}
+
+/// How many names are read from the directory at a time.
+const NAMES_PER_READ: usize = 256;
+/// How many names past the one being answered are kept read, and looked up in the
+/// background, before more are read.
+const NAMES_AHEAD: usize = 512;
+/// Background lookups one cursor may have running at once.
+const LOOKUP_JOBS: usize = 2;
+
+/// Lookups of names read ahead of the answers, on the blocking pool.
+///
+/// Describing an entry of a directory not in memory costs the kernel a lookup of its name
+/// and a read of its inode: most of a cold listing's time, spent one entry after the other
+/// on the one thread that answers while the client waits. Looking the next names up on
+/// another thread meanwhile (results thrown away) brings them into the kernel's caches,
+/// so the answers describe them from memory, still at the time of the answer. Names the
+/// kernel has in memory already are left alone: looking them up twice only costs.
+#[derive(Default)]
+struct Warming {
+    /// Set to have running lookups stop (the cursor restarts or is dropped).
+    stop: Arc<AtomicBool>,
+    /// Lookups running.
+    running: Arc<AtomicUsize>,
+}
+
+impl Warming {
+    /// Looks `names` (entries of `dir`) up in the background, if the kernel does not have
+    /// them in memory, the runtime is there and fewer than [`LOOKUP_JOBS`] lookups run;
+    /// otherwise the answers look them up.
+    fn start(&self, dir: &Arc<OwnedFd>, names: &[sys::RawEntry]) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let names: Vec<_> = names
+            .iter()
+            .filter(|e| matches!(e.d_type, libc::DT_REG | libc::DT_DIR))
+            .map(|e| e.name.clone())
+            .collect();
+        // The last of them stands for all: read from the device together (a cold
+        // directory) or kept in memory together.
+        let Some(last) = names.last() else {
+            return;
+        };
+        if !needs_lookup(dir.as_fd(), last) {
+            return;
+        }
+        if self.running.fetch_add(1, Ordering::AcqRel) >= LOOKUP_JOBS {
+            self.running.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        let dir = dir.clone();
+        let (stop, running) = (self.stop.clone(), self.running.clone());
+        #[cfg(test)]
+        test_switches::LOOKUPS_STARTED.fetch_add(1, Ordering::Relaxed);
+        drop(runtime.spawn_blocking(move || {
+            for name in &names {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                // The stat reads the inode, and with it (ext4) or beside it (btrfs) the
+                // xattrs the answer lists, on kernels with or without `listxattrat`.
+                let _ = sys::lstat_at(dir.as_fd(), name);
+            }
+            running.fetch_sub(1, Ordering::AcqRel);
+        }));
+    }
+
+    /// Has running lookups stop (dropping them does), and starts afresh.
+    fn stop(&mut self) {
+        *self = Warming::default();
+    }
+}
+
+impl Drop for Warming {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether looking `name` up in `dir` would take the kernel more than its dentry cache:
+/// a cached open (`RESOLVE_CACHED`, `O_PATH`) says so with EAGAIN. Kernels without that
+/// flag (before 5.12) cannot tell, and the name counts as in memory.
+fn needs_lookup(dir: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr) -> bool {
+    #[cfg(test)]
+    if test_switches::WARM_CACHED.load(Ordering::Relaxed) {
+        return true;
+    }
+    match sys::openat_beneath_cached(dir, name, libc::O_PATH | libc::O_NOFOLLOW) {
+        Ok(_) => false,
+        Err(e) => e.raw_os_error() == Some(libc::EAGAIN),
+    }
+}
+
+/// Switches for the tests of background lookups (`posix_fs::tests`), which list
+/// directories the kernel has in memory. Both paths answer the same, so other tests may run
+/// meanwhile.
+#[cfg(test)]
+pub(crate) mod test_switches {
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+
+    /// Look names up in the background even when the kernel has them in memory.
+    pub(crate) static WARM_CACHED: AtomicBool = AtomicBool::new(false);
+    /// Background lookups started since the process began.
+    pub(crate) static LOOKUPS_STARTED: AtomicUsize = AtomicUsize::new(0);
 }

@@ -2152,6 +2152,30 @@ fn an_update_shows_even_when_the_kernels_write_time_is_not_later() {
 
 #[test]
 fn large_listings_keep_readdir_order_and_each_entry_its_own_metadata() {
+    large_listing_keeps_readdir_order_and_each_entry_its_own_metadata();
+}
+
+/// The same listing from the blocking pool of a runtime, where the cursor looks names up
+/// in the background ahead of its answers: the answers are the same, and a cursor dropped
+/// with lookups still running is harmless.
+#[test]
+fn large_listings_with_background_lookups_answer_the_same() {
+    use std::sync::atomic::Ordering;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    super::dir::test_switches::WARM_CACHED.store(true, Ordering::Relaxed);
+    let started = super::dir::test_switches::LOOKUPS_STARTED.load(Ordering::Relaxed);
+    rt.block_on(
+        rt.spawn_blocking(large_listing_keeps_readdir_order_and_each_entry_its_own_metadata),
+    )
+    .unwrap();
+    super::dir::test_switches::WARM_CACHED.store(false, Ordering::Relaxed);
+    assert!(super::dir::test_switches::LOOKUPS_STARTED.load(Ordering::Relaxed) > started);
+}
+
+fn large_listing_keeps_readdir_order_and_each_entry_its_own_metadata() {
     let fx = fixture();
     mkdir(&fx, "many");
     const N: usize = 1500;
@@ -2190,6 +2214,21 @@ fn large_listings_keep_readdir_order_and_each_entry_its_own_metadata() {
         again.push(e.name);
     }
     assert_eq!(&again[2..], &readdir_order[..]);
+    // An entry changed after its name was read ahead (and looked up in the background,
+    // where a runtime is) is answered as it is when answered.
+    c.restart().unwrap();
+    for _ in 0..300 {
+        c.next_entry().unwrap().unwrap();
+    }
+    let changed = &readdir_order[600];
+    fs::write(fx.root.join("many").join(changed), vec![1u8; 999]).unwrap();
+    let mut seen = None;
+    while let Some(e) = c.next_entry().unwrap() {
+        if &e.name == changed {
+            seen = Some(e.info.end_of_file);
+        }
+    }
+    assert_eq!(seen, Some(999), "{changed}");
 }
 
 #[test]
