@@ -49,7 +49,7 @@ pub struct PosixDirCursor {
     literal: Option<String>,
     stream: Option<sys::DirStream>,
     /// Names read from `stream` and not yet answered (those that pass the pattern).
-    queue: VecDeque<sys::RawEntry>,
+    queue: VecDeque<ReadName>,
     /// `stream` has given its last name.
     stream_done: bool,
     /// Background lookups of names ahead of the answers.
@@ -193,14 +193,11 @@ impl PosixDirCursor {
             if self.queue.len() <= NAMES_AHEAD && !self.stream_done {
                 self.read_ahead()?;
             }
-            let Some(raw) = self.queue.pop_front() else {
+            let Some(next) = self.queue.pop_front() else {
                 self.phase = Phase::Done;
                 return Ok(None);
             };
-            let Ok(name) = raw.name.into_string() else {
-                continue;
-            };
-            if let Some(entry) = self.entry(&name, raw.d_type)? {
+            if let Some(entry) = self.entry(&next.name, next.d_type)? {
                 return Ok(Some(entry));
             }
         }
@@ -209,14 +206,12 @@ impl PosixDirCursor {
     /// Reads up to [`NAMES_PER_READ`] more names that the pattern lets through into the queue,
     /// and has them looked up in the background when they are not the next to answer.
     fn read_ahead(&mut self) -> Result<(), FsError> {
-        if self.stream.is_none() {
-            self.stream = Some(
+        let stream = match self.stream.as_mut() {
+            Some(stream) => stream,
+            None => self.stream.insert(
                 sys::DirStream::open(self.dir.as_fd())
                     .map_err(|e| FsError::from_io("open directory", e))?,
-            );
-        }
-        let Some(stream) = self.stream.as_mut() else {
-            return Ok(());
+            ),
         };
         let ahead = !self.queue.is_empty();
         let mut chunk = Vec::new();
@@ -228,16 +223,19 @@ impl PosixDirCursor {
                 self.stream_done = true;
                 break;
             };
-            let Ok(name) = raw.name.to_str() else {
+            let Ok(name) = raw.name.into_string() else {
                 continue;
             };
-            if validate_component(name).is_err()
-                || !self.pattern.matches(name)
-                || super::stream_store::is_reserved(name)
+            if validate_component(&name).is_err()
+                || !self.pattern.matches(&name)
+                || super::stream_store::is_reserved(&name)
             {
                 continue;
             }
-            chunk.push(raw);
+            chunk.push(ReadName {
+                name,
+                d_type: raw.d_type,
+            });
         }
         if ahead && !self.mac {
             self.warm.start(&self.dir, &chunk);
@@ -309,6 +307,13 @@ impl DirCursor for PosixDirCursor {
     }
 }
 
+/// A name read from the directory and not yet answered.
+struct ReadName {
+    name: String,
+    /// Its `d_type` from `readdir`.
+    d_type: u8,
+}
+
 /// How many names are read from the directory at a time.
 const NAMES_PER_READ: usize = 256;
 /// How many names past the one being answered are kept read, and looked up in the
@@ -337,14 +342,14 @@ impl Warming {
     /// Looks `names` (entries of `dir`) up in the background, if the kernel does not have
     /// them in memory, the runtime is there and fewer than [`LOOKUP_JOBS`] lookups run;
     /// otherwise the answers look them up.
-    fn start(&self, dir: &Arc<OwnedFd>, names: &[sys::RawEntry]) {
+    fn start(&self, dir: &Arc<OwnedFd>, names: &[ReadName]) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let names: Vec<_> = names
             .iter()
             .filter(|e| matches!(e.d_type, libc::DT_REG | libc::DT_DIR))
-            .map(|e| e.name.clone())
+            .filter_map(|e| sys::cstr(&e.name).ok())
             .collect();
         // The last of them stands for all: read from the device together (a cold
         // directory) or kept in memory together.
