@@ -346,23 +346,25 @@ impl Warming {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let names: Vec<_> = names
-            .iter()
-            .filter(|e| matches!(e.d_type, libc::DT_REG | libc::DT_DIR))
-            .filter_map(|e| sys::cstr(&e.name).ok())
-            .collect();
+        let looked_up = |e: &&ReadName| matches!(e.d_type, libc::DT_REG | libc::DT_DIR);
         // The last of them stands for all: read from the device together (a cold
-        // directory) or kept in memory together.
-        let Some(last) = names.last() else {
+        // directory) or kept in memory together. Asked first, so that a directory in
+        // memory (the common case) copies no names.
+        let Some(last) = names.iter().rev().find(looked_up) else {
             return;
         };
-        if !needs_lookup(dir.as_fd(), last) {
+        if !sys::cstr(&last.name).is_ok_and(|last| needs_lookup(dir.as_fd(), &last)) {
             return;
         }
         if self.running.fetch_add(1, Ordering::AcqRel) >= LOOKUP_JOBS {
             self.running.fetch_sub(1, Ordering::AcqRel);
             return;
         }
+        let names: Vec<_> = names
+            .iter()
+            .filter(looked_up)
+            .filter_map(|e| sys::cstr(&e.name).ok())
+            .collect();
         let dir = dir.clone();
         let (stop, running) = (self.stop.clone(), self.running.clone());
         #[cfg(test)]
