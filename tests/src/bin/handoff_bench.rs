@@ -277,8 +277,8 @@ fn main() -> Result<()> {
     if args.min_kib == 0 || args.max_kib < args.min_kib {
         bail!("sizes: 0 < --min-kib <= --max-kib");
     }
-    if args.dirs == 0 || args.tasks == 0 || args.workers == 0 {
-        bail!("--dirs, --tasks and --workers must be at least 1");
+    if args.dirs == 0 || args.tasks == 0 || args.workers == 0 || args.runs == 0 {
+        bail!("--dirs, --tasks, --workers and --runs must be at least 1");
     }
     let root = tempfile::Builder::new()
         .prefix("handoff-bench")
