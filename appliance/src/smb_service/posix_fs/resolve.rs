@@ -219,8 +219,9 @@ impl Default for NameCache {
 
 /// Proof that the caller holds the namespace locks of one or two directories.
 pub struct NamespaceGuard<'a> {
-    /// The directories covered, by identity (dev, ino).
-    dirs: [(u64, u64); 2],
+    /// The directories covered, as stated just before their locks were taken: their
+    /// identity (dev, ino) and the mtime they had then.
+    dirs: [DirVersion; 2],
     /// The locks held, in the order they were taken.
     _held: [Option<MutexGuard<'a, ()>>; 2],
 }
@@ -228,7 +229,14 @@ pub struct NamespaceGuard<'a> {
 impl NamespaceGuard<'_> {
     /// Whether this guard holds the lock of the directory `key`.
     fn covers(&self, key: (u64, u64)) -> bool {
-        self.dirs.contains(&key)
+        self.dirs.iter().any(|d| d.key == key)
+    }
+
+    /// The one directory this guard covers (a create's or a delete's, a rename's within
+    /// one directory), as stated before its lock was taken; `None` for two directories.
+    fn only_dir(&self) -> Option<DirVersion> {
+        let [a, b] = self.dirs;
+        (a.key == b.key).then_some(a)
     }
 }
 
@@ -252,8 +260,8 @@ impl NameCache {
     /// entry. Hold it from the final existence check through the system call and the
     /// `note_*` update.
     pub fn lock_dir(&self, dir: BorrowedFd<'_>) -> Result<NamespaceGuard<'_>, FsError> {
-        let key = dir_version(dir)?.key;
-        Ok(self.lock_keys(key, key))
+        let version = dir_version(dir)?;
+        Ok(self.lock_versions(version, version))
     }
 
     /// [`NameCache::lock_dir`] of two directories at once (a rename from one to the
@@ -264,11 +272,11 @@ impl NameCache {
         a: BorrowedFd<'_>,
         b: BorrowedFd<'_>,
     ) -> Result<NamespaceGuard<'_>, FsError> {
-        Ok(self.lock_keys(dir_version(a)?.key, dir_version(b)?.key))
+        Ok(self.lock_versions(dir_version(a)?, dir_version(b)?))
     }
 
-    fn lock_keys(&self, a: (u64, u64), b: (u64, u64)) -> NamespaceGuard<'_> {
-        let (first, second) = Self::lock_order(a, b);
+    fn lock_versions(&self, a: DirVersion, b: DirVersion) -> NamespaceGuard<'_> {
+        let (first, second) = Self::lock_order(a.key, b.key);
         let take = |i: usize| {
             self.namespace
                 .get(i)
@@ -318,7 +326,7 @@ impl NameCache {
         if let Some(hit) = self.cached(version, &folded) {
             return Ok(hit);
         }
-        let guard = self.lock_keys(version.key, version.key);
+        let guard = self.lock_versions(version, version);
         self.lookup_folded_locked(&guard, dir, &folded)
     }
 
@@ -330,13 +338,33 @@ impl NameCache {
         dir: BorrowedFd<'_>,
         folded: &str,
     ) -> Result<Option<String>, FsError> {
+        // A guard of one directory stated it as its lock was taken: a create asks the
+        // cache without stating the directory again. Another open's change while this
+        // caller waited for the lock was noted in the cache under that lock, and moved
+        // the mtime the cache keeps past the one stated (a miss, stated again below);
+        // where the clock left the mtime as it was, the cache holds the change all the
+        // same. A change by another process in that moment shows as one just after the
+        // lookup would: only through the mtime, once it moves.
+        let seen = held.only_dir();
+        if let Some(seen) = seen {
+            debug_assert_eq!(
+                dir_version(dir).ok().map(|v| v.key),
+                Some(seen.key),
+                "lookup in a directory other than the one locked"
+            );
+            if let Some(hit) = self.cached(seen, folded) {
+                return Ok(hit);
+            }
+        }
         let version = dir_version(dir)?;
         debug_assert!(
             held.covers(version.key),
             "scan without the directory's lock"
         );
-        if let Some(hit) = self.cached(version, folded) {
-            return Ok(hit);
+        if seen != Some(version) {
+            if let Some(hit) = self.cached(version, folded) {
+                return Ok(hit);
+            }
         }
         self.scans
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -726,6 +754,42 @@ mod tests {
         });
         let got = rx.recv_timeout(std::time::Duration::from_secs(10));
         assert_eq!(got, Ok(true), "one directory named twice");
+    }
+
+    #[test]
+    fn a_create_waiting_for_the_lock_sees_the_name_another_open_made_meanwhile() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = Arc::new(dir_with(tmp.path(), "d", 1));
+        let cache = Arc::new(NameCache::default());
+        assert_eq!(lookup(&cache, d.as_fd(), "NEW").unwrap(), None);
+        assert_eq!(cache.scans(), 1);
+        let held = cache.lock_dir(d.as_fd()).unwrap();
+        let (started, start) = std::sync::mpsc::channel();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Detached: a lock never released would hang the thread, not the test.
+        std::thread::spawn({
+            let (cache, d) = (cache.clone(), d.clone());
+            move || {
+                started.send(()).unwrap();
+                // States the directory, then waits for the lock held above.
+                let ns = cache.lock_dir(d.as_fd()).unwrap();
+                tx.send(case_match_locked(&cache, &ns, d.as_fd(), "NEW").unwrap())
+                    .unwrap();
+            }
+        });
+        start.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        // Another open's create, under the lock, after the waiting caller stated the
+        // directory: the mtime moves past the one it saw.
+        std::fs::write(tmp.path().join("d/New"), b"").unwrap();
+        cache.note_added(&held, d.as_fd(), "New");
+        drop(held);
+        let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(got, Ok(Some("New".to_string())));
+        assert_eq!(cache.scans(), 1, "answered by the cache, not a scan");
+        // The cache still knows the directory at its current mtime.
+        assert_eq!(lookup(&cache, d.as_fd(), "OTHER").unwrap(), None);
+        assert_eq!(cache.scans(), 1);
     }
 
     #[test]
