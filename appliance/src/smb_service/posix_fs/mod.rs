@@ -353,17 +353,18 @@ impl PosixShareFs {
         Ok((file, action, info))
     }
 
-    /// Creates `loc`'s name, which `locate` did not find spelled exactly (and, unless it
-    /// was [`resolve::locate_exact`], in no other case either). An existing name wins over
-    /// every refusal (OBJECT_NAME_COLLISION), as when `locate` finds it.
+    /// Creates `loc`'s name, which `locate` did not find (or, from
+    /// [`resolve::locate_parent`], did not look up). An existing name, in any spelling,
+    /// wins over every refusal (OBJECT_NAME_COLLISION), as when `locate` finds it.
     fn create_new(&self, loc: &Located, req: &CreateRequest<'_>) -> Result<Made, FsError> {
         let parent = loc.parent_fd.as_fd();
         let cname = sys::cstr(&loc.name).map_err(|_| FsError::InvalidName(loc.name.clone()))?;
         let is_dir = req.options & create_options::DIRECTORY_FILE != 0;
         let ns = self.inner.names.lock_dir(parent)?;
-        // Another open of this share may have created the name, in any case, since `locate`;
-        // the name cache (or a scan) knows every spelling, the exact one included. One
-        // made by another process since is refused by O_EXCL / mkdirat (EEXIST).
+        // The name may exist in any spelling (another open of this share may have made it
+        // since `locate`): the name cache knows every spelling, the exact one included
+        // (where it does not know the directory, a stat of the exact name, then a scan).
+        // One made by another process meanwhile is refused by O_EXCL / mkdirat (EEXIST).
         if let Some(stored) = resolve::case_match_locked(&self.inner.names, &ns, parent, &loc.name)?
         {
             return Err(FsError::Exists(stored));
@@ -513,9 +514,9 @@ impl PosixShareFs {
         }
         let root = self.inner.root.as_fd();
         let loc = if req.disposition == Create {
-            // A name not there as spelled is looked up in every case by `create_new`,
-            // under its directory's namespace lock: not once here and again there.
-            resolve::locate_exact(&self.inner.names, root, &comps)?
+            // The name is looked up, in every spelling, by `create_new` under its
+            // directory's namespace lock: not once here and again there.
+            resolve::locate_parent(&self.inner.names, root, &comps)?
         } else {
             resolve::locate(&self.inner.names, root, &comps)?
         };

@@ -327,16 +327,19 @@ impl NameCache {
             return Ok(hit);
         }
         let guard = self.lock_versions(version, version);
-        self.lookup_folded_locked(&guard, dir, &folded)
+        self.lookup_folded_locked(&guard, dir, &folded, None)
     }
 
     /// [`NameCache::lookup_folded`] for a caller holding `dir`'s namespace lock; `folded`
-    /// is already case-folded.
+    /// is already case-folded. Where the cache cannot answer, `spelled` (the name as the
+    /// client spelled it), if given, is looked up as such before the directory is scanned:
+    /// a stat finds an existing name spelled exactly, a scan would read the whole directory.
     fn lookup_folded_locked(
         &self,
         held: &NamespaceGuard<'_>,
         dir: BorrowedFd<'_>,
         folded: &str,
+        spelled: Option<&str>,
     ) -> Result<Option<String>, FsError> {
         // A guard of one directory stated it as its lock was taken: a create asks the
         // cache without stating the directory again. Another open's change while this
@@ -365,6 +368,13 @@ impl NameCache {
             if let Some(hit) = self.cached(version, folded) {
                 return Ok(hit);
             }
+        }
+        if let Some(found) = spelled
+            .map(|name| lookup_exact(dir, name))
+            .transpose()?
+            .flatten()
+        {
+            return Ok(Some(found));
         }
         self.scans
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -503,17 +513,18 @@ fn lookup_exact(dir: BorrowedFd<'_>, name: &str) -> Result<Option<String>, FsErr
 }
 
 /// The stored spelling of an entry of `dir` whose name matches `name` case-insensitively
-/// (the exact spelling included), from the name cache or a scan, for a caller holding
-/// `dir`'s namespace lock. Where the answer is most likely `None` (a name about to be
-/// created) this saves [`lookup_locked`]'s stat of the exact name. Like every answer of
-/// the cache, it holds as of the directory's mtime.
+/// (the exact spelling included), for a caller holding `dir`'s namespace lock: from the
+/// name cache, else from a stat of `name` as spelled, else from a scan. Where the answer
+/// is most likely `None` (a name about to be created) and the cache knows the directory,
+/// this makes no system call at all, where [`lookup_locked`] stats the exact name first.
+/// Like every answer of the cache, it holds as of the directory's mtime.
 pub fn case_match_locked(
     cache: &NameCache,
     held: &NamespaceGuard<'_>,
     dir: BorrowedFd<'_>,
     name: &str,
 ) -> Result<Option<String>, FsError> {
-    cache.lookup_folded_locked(held, dir, &fold(name))
+    cache.lookup_folded_locked(held, dir, &fold(name), Some(name))
 }
 
 /// A relative path (stored components) as the C string `openat2` takes; `.` for the root.
@@ -584,8 +595,8 @@ pub struct Located {
     pub parent: Vec<String>,
     /// The stored name if it exists, else the name as the client spelled it.
     pub name: String,
-    /// Whether the final component exists (a dangling symlink counts as existing); from
-    /// [`locate_exact`], whether it exists spelled as given.
+    /// Whether the final component exists (a dangling symlink counts as existing); always
+    /// `false` from [`locate_parent`], which does not look it up.
     pub exists: bool,
 }
 
@@ -604,9 +615,10 @@ pub fn locate(cache: &NameCache, root: BorrowedFd<'_>, comps: &[&str]) -> Result
     locate_with(cache, root, comps, true)
 }
 
-/// [`locate`] that looks the final component up only as spelled, for a caller that looks
-/// for its other spellings itself ([`case_match_locked`], before creating it).
-pub fn locate_exact(
+/// [`locate`] that resolves only the parent and leaves the final component unlooked-up
+/// (`exists` is `false`), for a caller that looks it up in every spelling itself under the
+/// directory's namespace lock ([`case_match_locked`], before creating it).
+pub fn locate_parent(
     cache: &NameCache,
     root: BorrowedFd<'_>,
     comps: &[&str],
@@ -614,12 +626,12 @@ pub fn locate_exact(
     locate_with(cache, root, comps, false)
 }
 
-/// [`locate`], matching the final component in any case only when `any_case`.
+/// [`locate`], looking the final component up (in any case) only when `look_up_final`.
 fn locate_with(
     cache: &NameCache,
     root: BorrowedFd<'_>,
     comps: &[&str],
-    any_case: bool,
+    look_up_final: bool,
 ) -> Result<Located, FsError> {
     let Some((last, dirs)) = comps.split_last() else {
         return Err(FsError::InvalidParameter(
@@ -635,10 +647,10 @@ fn locate_with(
         Err(FsError::PathNotFound(_)) => walk_parent(cache, root, dirs)?,
         Err(e) => return Err(e),
     };
-    let found = if any_case {
+    let found = if look_up_final {
         lookup(cache, parent_fd.as_fd(), last)?
     } else {
-        lookup_exact(parent_fd.as_fd(), last)?
+        None
     };
     let exists = found.is_some();
     Ok(Located {
@@ -789,6 +801,26 @@ mod tests {
         assert_eq!(cache.scans(), 1, "answered by the cache, not a scan");
         // The cache still knows the directory at its current mtime.
         assert_eq!(lookup(&cache, d.as_fd(), "OTHER").unwrap(), None);
+        assert_eq!(cache.scans(), 1);
+    }
+
+    #[test]
+    fn a_locked_case_match_finds_an_exact_name_without_a_scan_where_the_cache_cannot_tell() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = dir_with(tmp.path(), "d", 3);
+        let cache = NameCache::default();
+        let ns = cache.lock_dir(d.as_fd()).unwrap();
+        let matched = |name: &str| case_match_locked(&cache, &ns, d.as_fd(), name).unwrap();
+        // The cache does not know the directory: the exact name is found by a stat.
+        assert_eq!(matched("File1").as_deref(), Some("File1"));
+        assert_eq!(cache.scans(), 0);
+        // Another spelling takes a scan, which fills the cache.
+        assert_eq!(matched("FILE2").as_deref(), Some("File2"));
+        assert_eq!(cache.scans(), 1);
+        // From then on the cache answers every spelling, and every missing name.
+        assert_eq!(matched("file0").as_deref(), Some("File0"));
+        assert_eq!(matched("File1").as_deref(), Some("File1"));
+        assert_eq!(matched("New"), None);
         assert_eq!(cache.scans(), 1);
     }
 
