@@ -8,7 +8,7 @@
 //! ```sh
 //! cargo build --release -p quarry -p quarry-tests
 //! QUARRY_BIN=target/release/quarry target/release/smb_soak [--iterations 1000] [--files 2000] \
-//!     [--deadline-secs 30] [--hold-secs 3600] [--encrypt]
+//!     [--deadline-secs 30] [--hold-secs 3600] [--encrypt] [--phases list,read,stat]
 //! ```
 //!
 //! On a phase past its deadline it prints which one, both ends of the SMB connections with
@@ -51,6 +51,10 @@ struct Args {
     /// Encrypt every message (otherwise signed).
     #[arg(long)]
     encrypt: bool,
+    /// Only these phases (comma-separated, of list, read, stat), so that one phase can be
+    /// looped alone, say under `perf record -p` of Quarry.
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(PHASES))]
+    phases: Vec<String>,
 }
 
 /// The phases looped, by name.
@@ -95,6 +99,10 @@ fn main() -> anyhow::Result<()> {
         Duration::from_secs(a.deadline_secs),
         Duration::from_secs(a.hold_secs),
     );
+    let looped: Vec<&str> = PHASES
+        .into_iter()
+        .filter(|p| a.phases.is_empty() || a.phases.iter().any(|q| q == p))
+        .collect();
     let q = QuarryProcess::start()?;
     let api = q.admin()?;
     api.create("/api/v1/users", &json!({"name": USER, "password": PASS}))?;
@@ -118,7 +126,7 @@ fn main() -> anyhow::Result<()> {
         q.log.display(),
         files,
         a.iterations,
-        PHASES,
+        looped,
         deadline.as_secs(),
         if a.encrypt { "encrypted" } else { "signed" }
     );
@@ -131,6 +139,9 @@ fn main() -> anyhow::Result<()> {
     let mut slowest = [0f64; PHASES.len()];
     for i in 0..a.iterations {
         for (p, phase) in PHASES.iter().enumerate() {
+            if !looped.contains(phase) {
+                continue;
+            }
             let began = Instant::now();
             let outcome = rt.block_on(async {
                 let work = run_phase(&t, phase, files);
