@@ -112,12 +112,15 @@ impl Target {
 
 /// Turns Nagle's algorithm off on every TCP socket of this process.
 ///
-/// The `smb` crate (0.12) leaves `TCP_NODELAY` off and writes each message's 4-byte
-/// transport header and its body in separate `write` calls, so every request waits for the
-/// server's delayed ACK (40 ms on Linux) and a request/response workload measures that
-/// timer, not the server. Real clients (the kernel's cifs, Windows, Samba's libsmb) send
-/// without Nagle; the bench does the same by setting the option on its own sockets. Fds that
-/// are not TCP sockets refuse the option, which is ignored.
+/// The `smb` crate (0.12) leaves `TCP_NODELAY` off. As published, it also wrote each
+/// message's 4-byte transport header and its body in separate `write` calls, so every
+/// request waited for the server's delayed ACK (40 ms on Linux) and a request/response
+/// workload measured that timer, not the server; our copy of its transport sends a message
+/// in one write (tests/vendor/smb-transport/QUARRY-PATCH.md). Nagle's algorithm would still
+/// hold a request back while an earlier one on the connection is unacknowledged. Real
+/// clients (the kernel's cifs, Windows, Samba's libsmb) send without Nagle; the bench does
+/// the same by setting the option on its own sockets. Fds that are not TCP sockets refuse
+/// the option, which is ignored.
 fn set_nodelay_on_own_sockets() {
     let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
         return;

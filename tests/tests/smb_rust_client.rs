@@ -9,10 +9,14 @@
 //! (Python), which implements them, and an AES-256-only appliance is shown to refuse the
 //! crate's session rather than fall back to something weaker.
 //!
-//! Last, two faults of the crate we patch (tests/vendor/smb/QUARRY-PATCH.md) stay fixed:
+//! Last, three faults of the crates we patch (tests/vendor/*/QUARRY-PATCH.md) stay fixed:
 //! directory listings in many small batches, many times over, must each end (its listing
 //! stream lost a wake-up between batches and hung), and so must many large requests that
-//! Samba serves asynchronously (it dropped the credits granted in interim responses).
+//! Samba serves asynchronously (it dropped the credits granted in interim responses); and
+//! a message must leave in one TCP segment (its transport wrote each buffer on its own).
+//! A fourth fault (a logon whose last, signed response arrived before the key to check it
+//! was installed) has no test of its own: this file's logons caught it once messages left
+//! whole, and a test made to provoke it alone did not.
 
 use std::process::Command;
 use std::str::FromStr;
@@ -274,4 +278,63 @@ fn smb_crate_keeps_the_credits_samba_grants_in_interim_responses() {
             .expect("round trip with Samba");
         assert!(back == data, "data read back from Samba differs");
     });
+}
+
+/// The crate's TCP transport wrote each message's 4-byte transport header and each of its
+/// buffers (for an encrypted message, the transform header and the ciphertext) with a write
+/// of its own, so every message left as two or three segments, and the receiver's kernel
+/// acknowledged the extra ones with ACKs of their own (tests/vendor/smb-transport/
+/// QUARRY-PATCH.md). A message of several buffers must now arrive whole, framed, in one
+/// segment: the receiving socket's own count of data segments says so.
+#[test]
+fn smb_crate_sends_each_message_in_one_segment() {
+    use smb::transport::{IoVec, IoVecBuf, SmbTransport, SmbTransportWrite, TcpTransport};
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+
+    let parts: Vec<Vec<u8>> = vec![xorshift_bytes(52, 1), xorshift_bytes(300, 2), vec![7; 9]];
+    let body: Vec<u8> = parts.concat();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("local address");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut transport = TcpTransport::new(Duration::from_secs(5));
+    rt.block_on(transport.connect("127.0.0.1", addr))
+        .expect("connect");
+    let (mut peer, _) = listener.accept().expect("accept");
+    let message = IoVec::from(
+        parts
+            .iter()
+            .map(|p| IoVecBuf::from(p.clone()))
+            .collect::<Vec<_>>(),
+    );
+    rt.block_on(SmbTransportWrite::send(&mut transport, &message))
+        .expect("send");
+    let mut got = vec![0u8; 4 + body.len()];
+    peer.read_exact(&mut got).expect("read the message");
+    assert_eq!(
+        &got[..4],
+        &(body.len() as u32).to_be_bytes(),
+        "transport header"
+    );
+    assert!(got[4..] == body[..], "the message's bytes, in order");
+
+    // SAFETY: tcp_info is plain integers, for which all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `info`, a live tcp_info of that size.
+    let rc = unsafe {
+        libc::getsockopt(
+            peer.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            std::ptr::addr_of_mut!(info).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        info.tcpi_data_segs_in, 1,
+        "a message of a header and three buffers arrived in {} data segments",
+        info.tcpi_data_segs_in
+    );
 }

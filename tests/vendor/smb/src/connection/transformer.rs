@@ -339,6 +339,10 @@ impl Transformer {
         Ok(IncomingMessage::new(message, iovec, form))
     }
 
+    /// Quarry's patch: how long a SESSION_SETUP response waits for the session setup to
+    /// install its channel (see `verify_plain_incoming`).
+    const SETUP_CHANNEL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
     /// (Internal)
     ///
     /// A helper method to verify the incoming message.
@@ -362,22 +366,45 @@ impl Transformer {
 
         // Verify signature (if required, according to the spec)
         let session_id = message.header.session_id;
-        let mut signer = self
-            ._with_channel(session_id, |session| {
-                let channel_info = session
-                    .channel
-                    .as_ref()
-                    .ok_or(crate::Error::TranformFailed(TransformError {
+        // Quarry's patch: the session setup installs the channel (its signing key) only
+        // after it has sent the final SESSION_SETUP request, whose bytes the key derives
+        // from; a server that answers before that happens found no channel here and the
+        // logon failed. A SESSION_SETUP response waits for the channel, a bounded while,
+        // with no lock held between the looks.
+        let mut waited = std::time::Duration::ZERO;
+        let mut signer = loop {
+            let signer = self
+                ._with_channel(session_id, |session| {
+                    session
+                        .channel
+                        .as_ref()
+                        .map(|channel_info| Ok(channel_info.signer()?.clone()))
+                        .transpose()
+                })
+                .await?;
+            match signer {
+                Some(signer) => break signer,
+                None if message.header.command == Command::SessionSetup
+                    && waited < Self::SETUP_CHANNEL_WAIT =>
+                {
+                    let step = std::time::Duration::from_millis(1);
+                    #[cfg(feature = "async")]
+                    tokio::time::sleep(step).await;
+                    #[cfg(not(feature = "async"))]
+                    std::thread::sleep(step);
+                    waited += step;
+                }
+                None => {
+                    return Err(crate::Error::TranformFailed(TransformError {
                         outgoing: false,
                         phase: TransformPhase::SignVerify,
                         session_id: Some(session_id),
                         why: "Message is required to be signed, but no channel is set up!",
                         msg_id: Some(message.header.message_id),
-                    }))?;
-
-                Ok(channel_info.signer()?.clone())
-            })
-            .await?;
+                    }));
+                }
+            }
+        };
 
         signer.verify_signature(&mut message.header, raw)?;
         log::debug!(
