@@ -217,6 +217,10 @@ impl SmbTransportWrite for TcpTransport {
     fn send_raw<'a>(&'a mut self, buf: &'a [u8]) -> BoxFuture<'a, Result<()>> {
         self.send_raw(buf).boxed()
     }
+    #[cfg(not(feature = "async"))]
+    fn send_raw(&mut self, buf: &[u8]) -> Result<()> {
+        self.send_raw(buf)
+    }
 
     // Quarry's patch: one message, one write. The trait's default `send` writes the
     // transport header and each buffer of the message (for an encrypted message: the
@@ -252,10 +256,6 @@ impl SmbTransportWrite for TcpTransport {
             Ok(())
         }
         .boxed()
-    }
-    #[cfg(not(feature = "async"))]
-    fn send_raw(&mut self, buf: &[u8]) -> Result<()> {
-        self.send_raw(buf)
     }
 }
 
