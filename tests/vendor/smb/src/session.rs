@@ -207,6 +207,11 @@ pub struct SessionAndChannel {
 
     pub session: Arc<RwLock<SessionInfo>>,
     pub channel: Option<ChannelInfo>,
+    /// Quarry's patch: set while a session setup has sent its final request and not yet
+    /// installed the channel that request's keys belong to (see
+    /// `Transformer::verify_plain_incoming`). A binding setup holds the primary channel
+    /// here meanwhile, whose key does not sign the answer.
+    pub channel_pending: bool,
 }
 
 impl SessionAndChannel {
@@ -215,11 +220,13 @@ impl SessionAndChannel {
             session_id,
             session,
             channel: None,
+            channel_pending: false,
         }
     }
 
     pub fn set_channel(&mut self, channel: ChannelInfo) {
         self.channel = Some(channel);
+        self.channel_pending = false;
     }
 }
 

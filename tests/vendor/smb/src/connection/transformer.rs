@@ -368,13 +368,18 @@ impl Transformer {
         let session_id = message.header.session_id;
         // Quarry's patch: the session setup installs the channel (its signing key) only
         // after it has sent the final SESSION_SETUP request, whose bytes the key derives
-        // from; a server that answers before that happens found no channel here and the
-        // logon failed. A SESSION_SETUP response waits for the channel, a bounded while,
-        // with no lock held between the looks.
+        // from; a server that answers before that happens found no channel here (a new
+        // session) or the primary channel (a binding), and the logon or the binding
+        // failed. A SESSION_SETUP response waits for the channel, a bounded while, with
+        // no lock held between the looks.
+        let is_setup = message.header.command == Command::SessionSetup;
         let mut waited = std::time::Duration::ZERO;
         let mut signer = loop {
             let signer = self
                 ._with_channel(session_id, |session| {
+                    if is_setup && session.channel_pending {
+                        return Ok(None);
+                    }
                     session
                         .channel
                         .as_ref()
@@ -384,8 +389,7 @@ impl Transformer {
                 .await?;
             match signer {
                 Some(signer) => break signer,
-                None if message.header.command == Command::SessionSetup
-                    && waited < Self::SETUP_CHANNEL_WAIT =>
+                None if is_setup && waited < Self::SETUP_CHANNEL_WAIT =>
                 {
                     let step = std::time::Duration::from_millis(1);
                     #[cfg(feature = "async")]

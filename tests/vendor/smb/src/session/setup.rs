@@ -144,6 +144,13 @@ where
                 ));
             }
 
+            if expecting_final_exchange {
+                // Quarry's patch: the answer to this request is checked with the channel
+                // made after it is sent; until then it waits (`verify_plain_incoming`).
+                if let Some(state) = self.session_state.as_ref() {
+                    state.write().await?.channel_pending = true;
+                }
+            }
             let request = self.send_setup_request(token).await?;
             if expecting_final_exchange {
                 self.preauth_hash = self.preauth_hash.take().unwrap().finish().into();
