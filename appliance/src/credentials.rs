@@ -135,7 +135,8 @@ pub fn random_password() -> Result<String, CredentialError> {
     let bytes: [u8; 20] = random_bytes()?;
     Ok(bytes
         .iter()
-        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+        .filter_map(|b| ALPHABET.get(usize::from(*b) % ALPHABET.len()))
+        .map(|&c| char::from(c))
         .collect())
 }
 

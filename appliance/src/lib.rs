@@ -4,6 +4,10 @@
 //! `*_service` modules implement their storage traits over [`pool`] and feed them the
 //! configuration held in [`db`]. See ARCHITECTURE.md for the request flow.
 
+// Nothing an admin, a client or the kernel hands us may panic the appliance: no index or
+// slice that can fall outside its buffer (tests are exempt, clippy.toml).
+#![deny(clippy::indexing_slicing)]
+
 pub mod alerts;
 pub mod api;
 pub mod cli;

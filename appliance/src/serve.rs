@@ -348,7 +348,7 @@ pub fn check_args(args: &ServeArgs) -> anyhow::Result<()> {
     addrs.extend(args.smb_listen.iter().copied());
     addrs.extend(args.nvme_discovery_listen);
     for (i, a) in addrs.iter().enumerate() {
-        if addrs[..i].contains(a) && a.port() != 0 {
+        if a.port() != 0 && addrs.iter().take(i).any(|b| b == a) {
             bail!("two listeners share {a}: give --http-listen, --smb-listen, --nvme-listen and --nvme-discovery-listen different ports");
         }
     }

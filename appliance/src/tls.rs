@@ -139,16 +139,13 @@ fn describe(der: &CertificateDer<'_>) -> Result<CertInfo, TlsError> {
         for n in &san.value.general_names {
             match n {
                 GeneralName::DNSName(d) => names.push((*d).to_string()),
-                GeneralName::IPAddress(ip) => match ip.len() {
-                    4 => names
-                        .push(std::net::Ipv4Addr::from([ip[0], ip[1], ip[2], ip[3]]).to_string()),
-                    16 => {
-                        let mut a = [0u8; 16];
-                        a.copy_from_slice(ip);
-                        names.push(std::net::Ipv6Addr::from(a).to_string());
+                GeneralName::IPAddress(ip) => {
+                    if let Ok(v4) = <[u8; 4]>::try_from(*ip) {
+                        names.push(std::net::Ipv4Addr::from(v4).to_string());
+                    } else if let Ok(v6) = <[u8; 16]>::try_from(*ip) {
+                        names.push(std::net::Ipv6Addr::from(v6).to_string());
                     }
-                    _ => {}
-                },
+                }
                 _ => {}
             }
         }

@@ -13,15 +13,17 @@ pub fn human_bytes(n: u64) -> String {
         return format!("{n} B");
     }
     let mut value = n as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
+    let mut units = UNITS.iter();
+    let mut unit = units.next().unwrap_or(&"B");
+    while value >= 1024.0 {
+        let Some(next) = units.next() else { break };
         value /= 1024.0;
-        unit += 1;
+        unit = next;
     }
     if value < 10.0 {
-        format!("{value:.1} {}", UNITS[unit])
+        format!("{value:.1} {unit}")
     } else {
-        format!("{value:.0} {}", UNITS[unit])
+        format!("{value:.0} {unit}")
     }
 }
 
@@ -93,7 +95,9 @@ pub fn path_segment(text: &str) -> String {
 /// same way when it refreshes the chart.
 pub fn chart_points(values: &[u64], max: u64) -> String {
     let max = max.max(1) as f64;
-    let shown = &values[values.len().saturating_sub(CHART_WIDTH)..];
+    let shown = values
+        .get(values.len().saturating_sub(CHART_WIDTH)..)
+        .unwrap_or_default();
     let start = CHART_WIDTH.saturating_sub(shown.len());
     let mut out = String::new();
     for (i, v) in shown.iter().enumerate() {

@@ -10,6 +10,10 @@
 //! The browser acceptance test (playwright-core driving Debian's chromium) is
 //! `tests/webui/` run by `tests/suites/webui.sh`.
 
+// Nothing an admin, a client or the kernel hands us may panic the appliance: no index or
+// slice that can fall outside its buffer (tests are exempt, clippy.toml).
+#![deny(clippy::indexing_slicing)]
+
 pub mod format;
 pub mod pages;
 

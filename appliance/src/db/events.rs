@@ -240,7 +240,9 @@ impl Db {
         let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
         for row in rows {
             let (severity, n) = row?;
-            counts[Severity::parse(&severity) as usize] = u64::try_from(n).unwrap_or(0);
+            if let Some(count) = counts.get_mut(Severity::parse(&severity) as usize) {
+                *count = u64::try_from(n).unwrap_or(0);
+            }
         }
         Ok(counts)
     }

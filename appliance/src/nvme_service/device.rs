@@ -97,9 +97,10 @@ impl FileDevice {
         let mut done = 0u64;
         while done < len {
             let n = (len - done).min(zeros.len() as u64) as usize;
+            let chunk = zeros.get(..n).unwrap_or(&zeros);
             // Through write_at so the direct path stays coherent with other writes.
-            self.write_at(offset + done, &zeros[..n], false)?;
-            done += n as u64;
+            self.write_at(offset + done, chunk, false)?;
+            done += chunk.len() as u64;
         }
         Ok(())
     }

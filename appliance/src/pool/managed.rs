@@ -157,7 +157,7 @@ pub fn validate_new_devices(
     let found = devices::discover_system();
     let mut out = Vec::new();
     for (i, p) in paths.iter().enumerate() {
-        if paths[..i].contains(p) {
+        if paths.iter().take(i).any(|q| q == p) {
             return Err(PoolError::Invalid(format!("{p} is listed twice")));
         }
         let Some(d) = found.iter().find(|d| &d.path == p) else {
@@ -338,7 +338,7 @@ fn probe(dev: &str) -> Result<(), String> {
     let n = f
         .read_at(window, 64 * 1024)
         .map_err(|e| format!("{dev} cannot be read: {e}"))?;
-    if n < 0x48 || &window[0x40..0x48] != b"_BHRfS_M" {
+    if n < 0x48 || window.get(0x40..0x48) != Some(&b"_BHRfS_M"[..]) {
         return Err(format!("{dev} no longer holds the pool's superblock"));
     }
     Ok(())
@@ -805,7 +805,12 @@ pub fn recover_jobs(state: &AppState) -> DbResult<()> {
                 id: job.id,
             };
             let (db, kick) = (state.db.clone(), state.clone());
-            let old = job.detail["old"].as_str().unwrap_or_default().to_string();
+            let old = job
+                .detail
+                .get("old")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string();
             tokio::spawn(async move {
                 let pool = kick.pool.clone();
                 let res = tokio::task::spawn_blocking(move || {

@@ -77,22 +77,24 @@ pub struct ControllerIdentity {
     pub firmware: String,
 }
 
-fn le_u64_saturating(b: &[u8]) -> u64 {
+fn le_u64_saturating(b: &[u8; 16]) -> u64 {
     // 128-bit counters: the low 8 bytes, saturated if any high byte is set.
-    let mut lo = [0u8; 8];
-    lo.copy_from_slice(&b[..8]);
-    if b[8..16].iter().any(|&x| x != 0) {
+    let (lo, hi) = b.split_at(8);
+    if hi.iter().any(|&x| x != 0) {
         u64::MAX
     } else {
-        u64::from_le_bytes(lo)
+        lo.iter().rev().fold(0, |acc, &x| (acc << 8) | u64::from(x))
     }
+}
+
+/// The 16-byte field at `at` of a fixed-size page.
+fn field16(page: &[u8; SMART_LEN], at: usize) -> Option<&[u8; 16]> {
+    page.get(at..at + 16)?.try_into().ok()
 }
 
 /// Decodes a SMART / Health Information log page (at least 512 bytes).
 pub fn decode_smart(page: &[u8]) -> Option<SmartHealth> {
-    if page.len() < SMART_LEN {
-        return None;
-    }
+    let page: &[u8; SMART_LEN] = page.first_chunk()?;
     let kelvin = u16::from_le_bytes([page[1], page[2]]);
     Some(SmartHealth {
         critical_warning: page[0],
@@ -100,8 +102,8 @@ pub fn decode_smart(page: &[u8]) -> Option<SmartHealth> {
         available_spare_pct: page[3],
         spare_threshold_pct: page[4],
         percentage_used: page[5],
-        power_on_hours: le_u64_saturating(&page[128..144]),
-        media_errors: le_u64_saturating(&page[160..176]),
+        power_on_hours: le_u64_saturating(field16(page, 128)?),
+        media_errors: le_u64_saturating(field16(page, 160)?),
     })
 }
 
@@ -113,13 +115,10 @@ fn ascii_field(b: &[u8]) -> String {
 
 /// Decodes an Identify Controller data structure (at least 72 bytes used).
 pub fn decode_identify_controller(data: &[u8]) -> Option<ControllerIdentity> {
-    if data.len() < 72 {
-        return None;
-    }
     Some(ControllerIdentity {
-        serial: ascii_field(&data[4..24]),
-        model: ascii_field(&data[24..64]),
-        firmware: ascii_field(&data[64..72]),
+        serial: ascii_field(data.get(4..24)?),
+        model: ascii_field(data.get(24..64)?),
+        firmware: ascii_field(data.get(64..72)?),
     })
 }
 

@@ -78,14 +78,20 @@ impl LatencyHistogram {
     /// Records one operation that took `elapsed`.
     pub fn observe(&self, elapsed: Duration) {
         let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-        self.inner.counts[bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+        if let Some(count) = self.inner.counts.get(bucket_of(ns)) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
         self.inner.sum_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
     /// The counts as of now.
     pub fn snapshot(&self) -> HistogramSnapshot {
         HistogramSnapshot {
-            counts: std::array::from_fn(|i| self.inner.counts[i].load(Ordering::Relaxed)),
+            counts: self
+                .inner
+                .counts
+                .each_ref()
+                .map(|c| c.load(Ordering::Relaxed)),
             sum_ns: self.inner.sum_ns.load(Ordering::Relaxed),
         }
     }
@@ -116,7 +122,13 @@ impl HistogramSnapshot {
     /// What was recorded after `earlier` (for per-interval percentiles).
     pub fn since(&self, earlier: &HistogramSnapshot) -> HistogramSnapshot {
         HistogramSnapshot {
-            counts: std::array::from_fn(|i| self.counts[i].saturating_sub(earlier.counts[i])),
+            counts: {
+                let mut counts = self.counts;
+                for (c, e) in counts.iter_mut().zip(earlier.counts) {
+                    *c = c.saturating_sub(e);
+                }
+                counts
+            },
             sum_ns: self.sum_ns.saturating_sub(earlier.sum_ns),
         }
     }

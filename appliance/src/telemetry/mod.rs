@@ -383,10 +383,14 @@ pub fn smb_op(share: &ShareOps, op: OpKind, bytes: u64, elapsed: Duration, statu
         return failed;
     }
     let i = op.index();
-    share.ops[i].inc();
+    if let Some(ops) = share.ops.get(i) {
+        ops.inc();
+    }
     t.smb.ops.fetch_add(1, Ordering::Relaxed);
     if failed {
-        share.errors[i].inc();
+        if let Some(errors) = share.errors.get(i) {
+            errors.inc();
+        }
         t.smb.errors.fetch_add(1, Ordering::Relaxed);
     }
     match op {
@@ -407,7 +411,7 @@ pub fn smb_op(share: &ShareOps, op: OpKind, bytes: u64, elapsed: Duration, statu
 /// The latency histogram of an SMB request family, if it has one ([`SMB_TIMED`]).
 pub fn smb_latency(op: OpKind) -> Option<&'static LatencyHistogram> {
     let i = SMB_TIMED.iter().position(|o| *o == op)?;
-    Some(&global().smb_latency[i])
+    global().smb_latency.get(i)
 }
 
 /// The latency histogram of NVMe reads or writes.
@@ -463,7 +467,10 @@ fn sync_volumes(t: &Telemetry) {
             c.write_commands.load(Ordering::Relaxed),
             c.media_errors.load(Ordering::Relaxed),
         ];
-        let d: [u64; 5] = std::array::from_fn(|i| now[i].saturating_sub(tv.synced[i]));
+        let mut d = now;
+        for (d, synced) in d.iter_mut().zip(tv.synced) {
+            *d = d.saturating_sub(synced);
+        }
         tv.synced = now;
         let name = tv.name.clone();
         let bytes = |dir: Direction| {

@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
 
-use super::{global, HistogramSnapshot, Telemetry, SMB_TIMED};
+use super::{global, HistogramSnapshot, LatencyHistogram, Telemetry, SMB_TIMED};
 use quarry_smb::server::OpKind;
 
 /// How many 1 s samples are kept (one hour).
@@ -55,8 +55,10 @@ struct Point {
 impl Point {
     fn now(t: &Telemetry) -> Point {
         let l = |op: OpKind| {
-            let i = SMB_TIMED.iter().position(|o| *o == op).unwrap_or(0);
-            t.smb_latency[i].snapshot()
+            let i = SMB_TIMED.iter().position(|o| *o == op);
+            i.and_then(|i| t.smb_latency.get(i))
+                .map(LatencyHistogram::snapshot)
+                .unwrap_or_default()
         };
         Point {
             totals: [
@@ -79,20 +81,26 @@ impl Point {
     /// The rates between `earlier` and `self`, `secs` apart, stamped `t`.
     fn rates_since(&self, earlier: &Point, secs: u64, t: i64) -> Sample {
         let secs = secs.max(1);
-        let rate = |i: usize| self.totals[i].saturating_sub(earlier.totals[i]) / secs;
-        let p99 = |i: usize| self.latency[i].since(&earlier.latency[i]).quantile_us(0.99);
+        let mut rate = self.totals;
+        for (r, e) in rate.iter_mut().zip(earlier.totals) {
+            *r = r.saturating_sub(e) / secs;
+        }
+        let mut p99 = [0u64; 4];
+        for ((p, now), then) in p99.iter_mut().zip(&self.latency).zip(&earlier.latency) {
+            *p = now.since(then).quantile_us(0.99);
+        }
         Sample {
             t,
-            smb_read_bps: rate(0),
-            smb_write_bps: rate(1),
-            nvme_read_bps: rate(2),
-            nvme_write_bps: rate(3),
-            smb_ops: rate(4),
-            nvme_ops: rate(5),
-            smb_read_p99_us: p99(0),
-            smb_write_p99_us: p99(1),
-            nvme_read_p99_us: p99(2),
-            nvme_write_p99_us: p99(3),
+            smb_read_bps: rate[0],
+            smb_write_bps: rate[1],
+            nvme_read_bps: rate[2],
+            nvme_write_bps: rate[3],
+            smb_ops: rate[4],
+            nvme_ops: rate[5],
+            smb_read_p99_us: p99[0],
+            smb_write_p99_us: p99[1],
+            nvme_read_p99_us: p99[2],
+            nvme_write_p99_us: p99[3],
         }
     }
 }

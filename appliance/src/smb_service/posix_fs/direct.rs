@@ -109,8 +109,11 @@ impl DirectIo {
     pub(crate) fn read_some(&self, file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let misaligned = (offset % ALIGN as u64) as usize;
         if misaligned != 0 {
-            let n = (ALIGN - misaligned).min(buf.len());
-            return file.read_at(&mut buf[..n], offset);
+            let n = ALIGN - misaligned;
+            return match buf.get_mut(..n) {
+                Some(head) => file.read_at(head, offset),
+                None => file.read_at(buf, offset),
+            };
         }
         let whole = buf.len() / ALIGN * ALIGN;
         let co_aligned = (buf.as_ptr() as usize).is_multiple_of(ALIGN);
@@ -120,7 +123,9 @@ impl DirectIo {
         let Some(direct) = descriptor(&self.read_fd, file, true) else {
             return file.read_at(buf, offset);
         };
-        let piece = &mut buf[..whole.min(CHUNK)];
+        let Some(piece) = buf.get_mut(..whole.min(CHUNK)) else {
+            return file.read_at(buf, offset);
+        };
         #[cfg(test)]
         DIRECT_READS_ON_THIS_THREAD.with(|c| c.set(c.get() + 1));
         match direct.read_at(piece, offset) {

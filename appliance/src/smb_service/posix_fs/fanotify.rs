@@ -93,12 +93,13 @@ pub fn decode(buf: &[u8]) -> Result<Vec<Event<'_>>, DecodeError> {
         let bad = DecodeError::BadLength(at);
         let event_len = u32_at(buf, at).ok_or(bad.clone())? as usize;
         let end = at.checked_add(event_len).ok_or(bad.clone())?;
-        if event_len < METADATA_LEN || end > buf.len() {
+        if event_len < METADATA_LEN {
             return Err(bad);
         }
-        let event = &buf[at..end];
-        if event[4] != METADATA_VERSION {
-            return Err(DecodeError::Version(event[4]));
+        let event = buf.get(at..end).ok_or(bad.clone())?;
+        let version = event.get(4).copied().ok_or(bad.clone())?;
+        if version != METADATA_VERSION {
+            return Err(DecodeError::Version(version));
         }
         let metadata_len = u16_at(event, 6).ok_or(bad.clone())? as usize;
         if metadata_len < METADATA_LEN || metadata_len > event_len {
@@ -106,7 +107,8 @@ pub fn decode(buf: &[u8]) -> Result<Vec<Event<'_>>, DecodeError> {
         }
         let mask = u64_at(event, 8).ok_or(bad.clone())?;
         let pid = u32_at(event, 20).ok_or(bad.clone())? as i32;
-        let records = decode_records(&event[metadata_len..], at + metadata_len)?;
+        let after_metadata = event.get(metadata_len..).ok_or(bad)?;
+        let records = decode_records(after_metadata, at + metadata_len)?;
         events.push(Event { mask, pid, records });
         at = end;
     }
@@ -117,14 +119,13 @@ pub fn decode(buf: &[u8]) -> Result<Vec<Event<'_>>, DecodeError> {
 /// whole buffer, for errors).
 fn decode_records(mut rest: &[u8], mut base: usize) -> Result<Vec<NameRecord<'_>>, DecodeError> {
     let mut records = Vec::new();
-    while !rest.is_empty() {
+    while let Some(&info_type) = rest.first() {
         let bad = DecodeError::BadLength(base);
-        let info_type = rest[0];
         let len = u16_at(rest, 2).ok_or(bad.clone())? as usize;
-        if len < 4 || len > rest.len() {
+        if len < 4 {
             return Err(bad);
         }
-        let record = &rest[..len];
+        let (record, after) = rest.split_at_checked(len).ok_or(bad.clone())?;
         let role = match info_type {
             INFO_DFID_NAME | INFO_DFID => Some(Role::Entry),
             INFO_OLD_DFID_NAME => Some(Role::From),
@@ -139,12 +140,14 @@ fn decode_records(mut rest: &[u8], mut base: usize) -> Result<Vec<NameRecord<'_>
             }
             let handle_end = 20 + handle_bytes;
             let dir_handle = record.get(16..handle_end).ok_or(bad.clone())?;
-            let tail = &record[handle_end..];
+            let tail = record.get(handle_end..).ok_or(bad.clone())?;
             let name = if info_type == INFO_DFID {
                 &[][..]
             } else {
-                let nul = tail.iter().position(|&b| b == 0).ok_or(bad)?;
-                &tail[..nul]
+                tail.split(|&b| b == 0)
+                    .next()
+                    .filter(|name| name.len() < tail.len())
+                    .ok_or(bad)?
             };
             records.push(NameRecord {
                 role,
@@ -152,7 +155,7 @@ fn decode_records(mut rest: &[u8], mut base: usize) -> Result<Vec<NameRecord<'_>
                 name,
             });
         }
-        rest = &rest[len..];
+        rest = after;
         base += len;
     }
     Ok(records)

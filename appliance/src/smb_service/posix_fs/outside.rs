@@ -284,7 +284,9 @@ impl Shared {
             if n <= 0 {
                 continue;
             }
-            let got = &buf[..n as usize];
+            let Some(got) = buf.get(..n as usize) else {
+                continue;
+            };
             match fanotify::decode(got) {
                 Ok(events) => {
                     for e in events {
@@ -414,9 +416,15 @@ fn handle_of(dir: BorrowedFd<'_>) -> std::io::Result<Vec<u8>> {
     if rc < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let bytes: Vec<u8> = raw.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    let len = (raw[0] as usize).min(fanotify::MAX_HANDLE_BYTES);
-    Ok(bytes[4..8 + len].to_vec())
+    let [handle_bytes, ..] = raw;
+    let len = (handle_bytes as usize).min(fanotify::MAX_HANDLE_BYTES);
+    // handle_type (the second word) then the handle's own bytes.
+    Ok(raw
+        .iter()
+        .flat_map(|w| w.to_ne_bytes())
+        .skip(4)
+        .take(4 + len)
+        .collect())
 }
 
 #[cfg(test)]

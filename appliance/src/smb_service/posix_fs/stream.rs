@@ -428,8 +428,8 @@ impl FsFile for StreamFile {
             let fd = stream_store::open(self.root(), &id, false)?;
             let file = std::fs::File::from(fd);
             let mut done = 0;
-            while done < buf.len() {
-                match file.read_at(&mut buf[done..], offset.saturating_add(done as u64)) {
+            while let Some(rest) = buf.get_mut(done..).filter(|r| !r.is_empty()) {
+                match file.read_at(rest, offset.saturating_add(done as u64)) {
                     Ok(0) => break,
                     Ok(n) => done += n,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -439,11 +439,12 @@ impl FsFile for StreamFile {
             return Ok(done);
         }
         let value = read_value(self.fd(), &name)?;
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(value.len());
-        let n = buf.len().min(value.len() - start);
-        buf[..n].copy_from_slice(&value[start..start + n]);
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let from = value.get(start..).unwrap_or_default();
+        let n = buf.len().min(from.len());
+        for (dst, src) in buf.iter_mut().zip(from) {
+            *dst = *src;
+        }
         Ok(n)
     }
 
@@ -462,7 +463,10 @@ impl FsFile for StreamFile {
                 if v.len() < end {
                     v.resize(end, 0);
                 }
-                v[start..end].copy_from_slice(data);
+                let dst = v.get_mut(start..end).ok_or_else(|| {
+                    FsError::InvalidParameter(format!("stream write {start}..{end} past its value"))
+                })?;
+                dst.copy_from_slice(data);
                 Ok(())
             },
             |file, size| {
@@ -617,7 +621,9 @@ impl FsFile for StreamFile {
                 let end = usize::try_from(offset.saturating_add(length))
                     .unwrap_or(usize::MAX)
                     .min(v.len());
-                v[start..end].fill(0);
+                if let Some(range) = v.get_mut(start..end) {
+                    range.fill(0);
+                }
                 Ok(())
             },
             |file, size| {
@@ -626,7 +632,8 @@ impl FsFile for StreamFile {
                 let mut at = offset.min(end);
                 while at < end {
                     let n = (end - at).min(zeros.len() as u64) as usize;
-                    file.write_all_at(&zeros[..n], at)
+                    let chunk = zeros.get(..n).unwrap_or(&zeros);
+                    file.write_all_at(chunk, at)
                         .map_err(io_err("zero stream"))?;
                     at += n as u64;
                 }
