@@ -91,14 +91,11 @@ pub struct ConnectDataError {
 impl ConnectData {
     /// Parses Connect data; NQNs must be NUL-terminated, non-empty UTF-8.
     pub fn parse(b: &[u8]) -> Result<Self, ConnectDataError> {
-        if b.len() < CONNECT_DATA_LEN {
-            return Err(ConnectDataError { offset: 0 });
-        }
+        let b: &[u8; CONNECT_DATA_LEN] = b.first_chunk().ok_or(ConnectDataError { offset: 0 })?;
         let mut hostid = [0u8; 16];
         hostid.copy_from_slice(&b[0..16]);
-        let nqn = |at: usize| -> Result<String, ConnectDataError> {
-            let f = &b[at..at + NQN_FIELD_LEN];
-            let offset = u16::try_from(at).unwrap_or(u16::MAX);
+        // `f`: the NQN field at byte `offset`.
+        let nqn = |f: &[u8], offset: u16| -> Result<String, ConnectDataError> {
             if !f.contains(&0) {
                 return Err(ConnectDataError { offset });
             }
@@ -111,18 +108,18 @@ impl ConnectData {
         Ok(ConnectData {
             hostid,
             cntlid: u16::from_le_bytes([b[16], b[17]]),
-            subnqn: nqn(256)?,
-            hostnqn: nqn(512)?,
+            subnqn: nqn(&b[256..256 + NQN_FIELD_LEN], 256)?,
+            hostnqn: nqn(&b[512..512 + NQN_FIELD_LEN], 512)?,
         })
     }
 
     /// Encodes Connect data (for initiators).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut b = vec![0u8; CONNECT_DATA_LEN];
+        let mut b = [0u8; CONNECT_DATA_LEN];
         b[0..16].copy_from_slice(&self.hostid);
         b[16..18].copy_from_slice(&self.cntlid.to_le_bytes());
         put_ascii_nul(&mut b[256..256 + NQN_FIELD_LEN - 1], &self.subnqn);
         put_ascii_nul(&mut b[512..512 + NQN_FIELD_LEN - 1], &self.hostnqn);
-        b
+        Vec::from(b)
     }
 }

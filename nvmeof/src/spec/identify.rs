@@ -84,7 +84,8 @@ pub const OAES_NS_ATTR: u32 = 1 << 8;
 impl ControllerInfo {
     /// Encodes the 4096-byte Identify Controller structure.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; IDENTIFY_LEN];
+        // An array, so every constant offset below is checked at compile time.
+        let mut b = [0u8; IDENTIFY_LEN];
         b[0..2].copy_from_slice(&self.vid.to_le_bytes());
         b[2..4].copy_from_slice(&self.vid.to_le_bytes());
         put_ascii_space(&mut b[4..24], &self.serial);
@@ -118,7 +119,7 @@ impl ControllerInfo {
         b[1803] = 1;
         b[1804..1806].copy_from_slice(&1u16.to_le_bytes());
         // Power state 0: max power 0 (not reported), entry/exit latency 0.
-        b
+        Vec::from(b)
     }
 }
 
@@ -142,7 +143,7 @@ pub struct NamespaceInfo {
 impl NamespaceInfo {
     /// Encodes the 4096-byte Identify Namespace structure.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; IDENTIFY_LEN];
+        let mut b = [0u8; IDENTIFY_LEN];
         b[0..8].copy_from_slice(&self.nsze.to_le_bytes());
         b[8..16].copy_from_slice(&self.ncap.to_le_bytes());
         b[16..24].copy_from_slice(&self.nuse.to_le_bytes());
@@ -154,13 +155,13 @@ impl NamespaceInfo {
         b[104..120].copy_from_slice(&self.nguid);
         // LBAF0: no metadata, LBADS, relative performance best.
         b[130] = self.lbads;
-        b
+        Vec::from(b)
     }
 }
 
 /// Encodes the Namespace Identification Descriptor list (NGUID and UUID).
 pub fn encode_ns_descriptors(nguid: &[u8; 16], uuid: &[u8; 16]) -> Vec<u8> {
-    let mut b = vec![0u8; IDENTIFY_LEN];
+    let mut b = [0u8; IDENTIFY_LEN];
     // NIDT 2 = NGUID, NIDL 16.
     b[0] = 0x02;
     b[1] = 16;
@@ -172,7 +173,7 @@ pub fn encode_ns_descriptors(nguid: &[u8; 16], uuid: &[u8; 16]) -> Vec<u8> {
     // NIDT 4 = Command Set Identifier, NIDL 1, CSI 0 (NVM).
     b[40] = 0x04;
     b[41] = 1;
-    b
+    Vec::from(b)
 }
 
 /// Encodes an active namespace ID list of the NSIDs greater than `after`, ascending.
@@ -190,7 +191,8 @@ pub fn encode_ns_list(nsids: impl IntoIterator<Item = u32>, after: u32) -> Vec<u
 /// Decodes an active namespace ID list (for initiators).
 pub fn decode_ns_list(b: &[u8]) -> Vec<u32> {
     b.chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .map_while(|c| <[u8; 4]>::try_from(c).ok())
+        .map(u32::from_le_bytes)
         .take_while(|&n| n != 0)
         .collect()
 }

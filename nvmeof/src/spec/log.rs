@@ -45,7 +45,8 @@ fn data_units(bytes: u64) -> u128 {
 impl SmartCounters {
     /// Encodes the 512-byte SMART / Health log page.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; SMART_LEN];
+        // An array, so every constant offset below is checked at compile time.
+        let mut b = [0u8; SMART_LEN];
         b[3] = 100; // available spare: no spare concept, report full
         b[4] = 10; // available spare threshold
         b[5] = self.percent_used.min(100);
@@ -56,29 +57,29 @@ impl SmartCounters {
         b[128..144].copy_from_slice(&u128::from(self.power_on_hours).to_le_bytes());
         b[160..176].copy_from_slice(&u128::from(self.media_errors).to_le_bytes());
         b[176..192].copy_from_slice(&u128::from(self.error_entries).to_le_bytes());
-        b
+        Vec::from(b)
     }
 }
 
 /// Encodes the firmware slot log with `revision` active in slot 1.
 pub fn encode_fw_slot(revision: &str) -> Vec<u8> {
-    let mut b = vec![0u8; FW_SLOT_LEN];
+    let mut b = [0u8; FW_SLOT_LEN];
     b[0] = 0x01; // AFI: slot 1 active
     super::put_ascii_space(&mut b[8..16], revision);
-    b
+    Vec::from(b)
 }
 
 /// Encodes a changed namespace list; more than 1024 changes report 0xFFFFFFFF first.
 pub fn encode_changed_ns(nsids: &[u32]) -> Vec<u8> {
-    let mut b = vec![0u8; CHANGED_NS_LEN];
+    let mut b = [0u8; CHANGED_NS_LEN];
     if nsids.len() > CHANGED_NS_LEN / 4 {
         b[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
-        return b;
+    } else {
+        for (slot, id) in b.chunks_exact_mut(4).zip(nsids) {
+            slot.copy_from_slice(&id.to_le_bytes());
+        }
     }
-    for (slot, id) in b.chunks_exact_mut(4).zip(nsids) {
-        slot.copy_from_slice(&id.to_le_bytes());
-    }
-    b
+    Vec::from(b)
 }
 
 /// One Error Information log entry (NVMe Base 2.0 figure 204).
@@ -100,10 +101,8 @@ pub struct ErrorEntry {
 
 impl ErrorEntry {
     /// Encodes the 64-byte entry (transport type TCP, no parameter location).
-    pub fn encode(&self, out: &mut [u8]) {
-        if out.len() < ERROR_ENTRY_LEN {
-            return;
-        }
+    pub fn encode(&self) -> [u8; ERROR_ENTRY_LEN] {
+        let mut out = [0u8; ERROR_ENTRY_LEN];
         out[0..8].copy_from_slice(&self.error_count.to_le_bytes());
         out[8..10].copy_from_slice(&self.sqid.to_le_bytes());
         out[10..12].copy_from_slice(&self.cid.to_le_bytes());
@@ -112,6 +111,7 @@ impl ErrorEntry {
         out[16..24].copy_from_slice(&self.lba.to_le_bytes());
         out[24..28].copy_from_slice(&self.nsid.to_le_bytes());
         out[29] = TRTYPE_TCP;
+        out
     }
 }
 
@@ -158,10 +158,9 @@ pub struct DiscoveryEntry {
 }
 
 impl DiscoveryEntry {
-    fn write(&self, e: &mut [u8]) {
-        if e.len() < DISC_ENTRY_LEN {
-            return;
-        }
+    /// Encodes the 1024-byte entry.
+    fn encode(&self) -> [u8; DISC_ENTRY_LEN] {
+        let mut e = [0u8; DISC_ENTRY_LEN];
         e[0] = self.trtype;
         e[1] = self.adrfam;
         e[2] = self.subtype;
@@ -179,11 +178,12 @@ impl DiscoveryEntry {
             e[769] = RDMA_PRTYPE_NOT_SPECIFIED;
             e[770] = RDMA_CMS_RDMA_CM;
         }
+        e
     }
 
     /// Decodes an entry (for initiators and tests).
     pub fn parse(e: &[u8]) -> Option<Self> {
-        let e = e.get(..DISC_ENTRY_LEN)?;
+        let e: &[u8; DISC_ENTRY_LEN] = e.first_chunk()?;
         Some(DiscoveryEntry {
             trtype: e[0],
             adrfam: e[1],
@@ -201,33 +201,28 @@ impl DiscoveryEntry {
 
 /// Encodes a full discovery log page (header + entries).
 pub fn encode_discovery_log(genctr: u64, entries: &[DiscoveryEntry]) -> Vec<u8> {
-    let mut b = vec![0u8; DISC_HEADER_LEN + entries.len() * DISC_ENTRY_LEN];
-    b[0..8].copy_from_slice(&genctr.to_le_bytes());
-    b[8..16].copy_from_slice(&(entries.len() as u64).to_le_bytes());
-    for (e, chunk) in entries
-        .iter()
-        .zip(b[DISC_HEADER_LEN..].chunks_exact_mut(DISC_ENTRY_LEN))
-    {
-        e.write(chunk);
+    let mut header = [0u8; DISC_HEADER_LEN];
+    header[0..8].copy_from_slice(&genctr.to_le_bytes());
+    header[8..16].copy_from_slice(&(entries.len() as u64).to_le_bytes());
+    let mut b = Vec::with_capacity(DISC_HEADER_LEN + entries.len() * DISC_ENTRY_LEN);
+    b.extend_from_slice(&header);
+    for e in entries {
+        b.extend_from_slice(&e.encode());
     }
     b
 }
 
 /// Decodes a discovery log page into (genctr, entries) (for initiators and tests).
 pub fn decode_discovery_log(b: &[u8]) -> Option<(u64, Vec<DiscoveryEntry>)> {
-    let h = b.get(..16)?;
-    let mut g = [0u8; 8];
-    g.copy_from_slice(&h[0..8]);
-    let mut n = [0u8; 8];
-    n.copy_from_slice(&h[8..16]);
-    let numrec = u64::from_le_bytes(n);
+    let (g, rest) = b.split_first_chunk::<8>()?;
+    let numrec = u64::from_le_bytes(*rest.first_chunk::<8>()?);
     let entries = b
         .get(DISC_HEADER_LEN..)?
         .chunks_exact(DISC_ENTRY_LEN)
         .take(usize::try_from(numrec).ok()?)
         .filter_map(DiscoveryEntry::parse)
         .collect();
-    Some((u64::from_le_bytes(g), entries))
+    Some((u64::from_le_bytes(*g), entries))
 }
 
 #[cfg(test)]
@@ -253,6 +248,34 @@ mod tests {
         let (g, es) = decode_discovery_log(&b).unwrap();
         assert_eq!(g, 3);
         assert_eq!(es, vec![e]);
+    }
+
+    #[test]
+    fn error_entry_layout() {
+        let b = ErrorEntry {
+            error_count: 2,
+            sqid: 1,
+            cid: 9,
+            status: 0x8101,
+            lba: 77,
+            nsid: 3,
+        }
+        .encode();
+        assert_eq!(&b[0..8], &2u64.to_le_bytes());
+        assert_eq!(&b[8..16], &[1, 0, 9, 0, 0x01, 0x81, 0xff, 0xff]);
+        assert_eq!(&b[16..24], &77u64.to_le_bytes());
+        assert_eq!(&b[24..28], &3u32.to_le_bytes());
+        assert_eq!(b[29], TRTYPE_TCP);
+    }
+
+    #[test]
+    fn changed_ns_overflow_reports_all_ones_first() {
+        let ids: Vec<u32> = (1..=1025).collect();
+        let b = encode_changed_ns(&ids);
+        assert_eq!(b.len(), CHANGED_NS_LEN);
+        assert_eq!(&b[0..4], &u32::MAX.to_le_bytes());
+        assert!(b[4..].iter().all(|&x| x == 0));
+        assert_eq!(&encode_changed_ns(&[5])[0..8], &[5, 0, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]

@@ -60,10 +60,12 @@ pub struct Sgl {
     pub id: u8,
 }
 
+/// Little-endian u32 at byte `at`; 0 past the end (callers pass in-range offsets).
 fn rd32(b: &[u8; SQE_LEN], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(w)
+    match b.get(at..).and_then(<[u8]>::first_chunk) {
+        Some(w) => u32::from_le_bytes(*w),
+        None => 0,
+    }
 }
 
 impl Sqe {
@@ -140,8 +142,11 @@ impl Sqe {
 
     /// Sets command dword `n` (10..=15 typically); ignored when out of range.
     pub fn set_cdw(&mut self, n: usize, v: u32) {
-        if n < 16 {
-            self.0[n * 4..n * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        if n >= 16 {
+            return;
+        }
+        if let Some(w) = self.0.get_mut(n * 4..).and_then(<[u8]>::first_chunk_mut) {
+            *w = v.to_le_bytes();
         }
     }
 

@@ -210,15 +210,12 @@ impl Controller {
     /// The Error Information log page (newest first) and the lifetime error count.
     pub fn error_log(&self) -> (Vec<u8>, u64) {
         let e = lock(&self.errors);
-        let mut b = vec![0u8; ERROR_LOG_ENTRIES * crate::spec::log::ERROR_ENTRY_LEN];
-        for (entry, chunk) in e
-            .entries
-            .iter()
-            .rev()
-            .zip(b.chunks_exact_mut(crate::spec::log::ERROR_ENTRY_LEN))
-        {
-            entry.encode(chunk);
+        let len = ERROR_LOG_ENTRIES * crate::spec::log::ERROR_ENTRY_LEN;
+        let mut b = Vec::with_capacity(len);
+        for entry in e.entries.iter().rev().take(ERROR_LOG_ENTRIES) {
+            b.extend_from_slice(&entry.encode());
         }
+        b.resize(len, 0);
         (b, e.count)
     }
 
