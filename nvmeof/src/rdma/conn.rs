@@ -370,10 +370,13 @@ impl Conn {
                 return Ok(false);
             }
         };
-        let mut off = 0;
+        // The segments cover `data_len` bytes, at most `data.len()`: each takes its
+        // share of what is left.
+        let mut rest = data;
         for (at, n) in self.pool.segments(&chunks, data_len) {
-            self.stage.write(at, &data[off..off + n]);
-            off += n;
+            let (seg, tail) = rest.split_at(n.min(rest.len()));
+            self.stage.write(at, seg);
+            rest = tail;
         }
         self.cqe_buf
             .write(usize::from(slot) * CQE_LEN, &cqe.to_bytes());
@@ -580,10 +583,10 @@ impl Conn {
             unsafe { ibv_req_notify_cq(self.cq.0, 0) };
             // SAFETY: live CQ, wcs has room for one.
             let again = unsafe { ibv_poll_cq(self.cq.0, 1, wcs.as_mut_ptr()) };
-            if again > 0 {
+            if let Some(wc) = wcs.first().filter(|_| again > 0) {
                 let at = Instant::now();
                 q.begin_turn(at);
-                if let Err(e) = self.on_wc(&wcs[0], &mut q, &target, ms_between(start, at)) {
+                if let Err(e) = self.on_wc(wc, &mut q, &target, ms_between(start, at)) {
                     break e;
                 }
                 last_work = Instant::now();

@@ -52,23 +52,17 @@ pub struct CmRequest {
     pub cntlid: u16,
 }
 
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
 impl CmRequest {
     /// Parses the request private data. RDMA-CM may pad private data, so longer
     /// buffers are accepted; shorter ones are refused.
     pub fn parse(b: &[u8]) -> Result<Self, RejectStatus> {
-        if b.len() < PRIVATE_DATA_LEN {
-            return Err(RejectStatus::InvalidLength);
-        }
+        let b: &[u8; PRIVATE_DATA_LEN] = b.first_chunk().ok_or(RejectStatus::InvalidLength)?;
         Ok(CmRequest {
-            recfmt: le16(b, 0),
-            qid: le16(b, 2),
-            hrqsize: le16(b, 4),
-            hsqsize: le16(b, 6),
-            cntlid: le16(b, 8),
+            recfmt: u16::from_le_bytes([b[0], b[1]]),
+            qid: u16::from_le_bytes([b[2], b[3]]),
+            hrqsize: u16::from_le_bytes([b[4], b[5]]),
+            hsqsize: u16::from_le_bytes([b[6], b[7]]),
+            cntlid: u16::from_le_bytes([b[8], b[9]]),
         })
     }
 
@@ -142,9 +136,10 @@ impl CmAccept {
 
     /// Parses accept private data (for tests and initiators).
     pub fn parse(b: &[u8]) -> Option<Self> {
-        (b.len() >= 4).then(|| CmAccept {
-            recfmt: le16(b, 0),
-            crqsize: le16(b, 2),
+        let b: &[u8; 4] = b.first_chunk()?;
+        Some(CmAccept {
+            recfmt: u16::from_le_bytes([b[0], b[1]]),
+            crqsize: u16::from_le_bytes([b[2], b[3]]),
         })
     }
 }
@@ -159,7 +154,11 @@ pub fn encode_reject(sts: RejectStatus) -> [u8; PRIVATE_DATA_LEN] {
 
 /// Decodes reject private data into (RECFMT, STS) (for tests and initiators).
 pub fn parse_reject(b: &[u8]) -> Option<(u16, u16)> {
-    (b.len() >= 4).then(|| (le16(b, 0), le16(b, 2)))
+    let b: &[u8; 4] = b.first_chunk()?;
+    Some((
+        u16::from_le_bytes([b[0], b[1]]),
+        u16::from_le_bytes([b[2], b[3]]),
+    ))
 }
 
 #[cfg(test)]

@@ -393,10 +393,10 @@ fn get_log_page(ctx: &AdminCtx<'_>, sqe: &Sqe) -> AdminResult {
     if off > page.len() {
         return done(Status::generic(sc::INVALID_FIELD));
     }
-    let mut out = vec![0u8; len as usize];
-    let avail = page.get(off..).unwrap_or_default();
-    let n = avail.len().min(out.len());
-    out[..n].copy_from_slice(&avail[..n]);
+    let len = len as usize;
+    let mut out = Vec::with_capacity(len);
+    out.extend(page.get(off..).unwrap_or_default().iter().take(len));
+    out.resize(len, 0);
     with_data(out)
 }
 

@@ -223,13 +223,18 @@ pub fn build_with_data(ns: &NamespaceConfig, sqe: &Sqe, data: IoBuf) -> IoPlan {
                 return IoPlan::Complete(Status::SUCCESS);
             }
             let mut ranges = Vec::with_capacity(nr);
-            for r in data.chunks_exact(DSM_RANGE_LEN).take(nr) {
+            let mut rest: &[u8] = &data;
+            for _ in 0..nr {
+                let Some((r, tail)) = rest.split_first_chunk::<DSM_RANGE_LEN>() else {
+                    break;
+                };
+                rest = tail;
                 let nlb = u64::from(u32::from_le_bytes([r[4], r[5], r[6], r[7]]));
-                let mut s = [0u8; 8];
-                s.copy_from_slice(&r[8..16]);
                 if nlb == 0 {
                     continue;
                 }
+                let mut s = [0u8; 8];
+                s.copy_from_slice(&r[8..16]);
                 match lba_range(ns, u64::from_le_bytes(s), nlb) {
                     Ok(r) => ranges.push(r),
                     Err(st) => return IoPlan::Complete(st),

@@ -20,12 +20,11 @@ impl MemDevice {
         }
     }
 
-    fn range(&self, len: usize, offset: u64, n: usize) -> io::Result<std::ops::Range<usize>> {
+    /// The byte range of `n` bytes at `offset` (the caller's `get` turns a range past
+    /// the end into [`io::ErrorKind::UnexpectedEof`]).
+    fn range(offset: u64, n: usize) -> io::Result<std::ops::Range<usize>> {
         let start = usize::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
         let end = start.checked_add(n).ok_or(io::ErrorKind::InvalidInput)?;
-        if end > len {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
         Ok(start..end)
     }
 }
@@ -37,15 +36,18 @@ impl BlockDevice for MemDevice {
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let d = self.data.lock().map_err(|_| io::Error::other("poisoned"))?;
-        let r = self.range(d.len(), offset, buf.len())?;
-        buf.copy_from_slice(&d[r]);
+        let src = d
+            .get(Self::range(offset, buf.len())?)
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(src);
         Ok(())
     }
 
     fn write_at(&self, offset: u64, data: &[u8], _fua: bool) -> io::Result<()> {
         let mut d = self.data.lock().map_err(|_| io::Error::other("poisoned"))?;
-        let r = self.range(d.len(), offset, data.len())?;
-        d[r].copy_from_slice(data);
+        d.get_mut(Self::range(offset, data.len())?)
+            .ok_or(io::ErrorKind::UnexpectedEof)?
+            .copy_from_slice(data);
         Ok(())
     }
 
@@ -56,12 +58,36 @@ impl BlockDevice for MemDevice {
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         let mut d = self.data.lock().map_err(|_| io::Error::other("poisoned"))?;
         let n = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
-        let r = self.range(d.len(), offset, n)?;
-        d[r].fill(0);
+        d.get_mut(Self::range(offset, n)?)
+            .ok_or(io::ErrorKind::UnexpectedEof)?
+            .fill(0);
         Ok(())
     }
 
     fn deallocate(&self, offset: u64, len: u64) -> io::Result<()> {
         self.write_zeroes(offset, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_access_past_the_end_is_an_error() {
+        let d = MemDevice::new(4096);
+        d.write_at(4000, &[7; 96], false).unwrap();
+        let mut b = [0u8; 96];
+        d.read_at(4000, &mut b).unwrap();
+        assert_eq!(b, [7; 96]);
+        let eof = io::ErrorKind::UnexpectedEof;
+        assert_eq!(d.read_at(4001, &mut b).unwrap_err().kind(), eof);
+        assert_eq!(d.write_at(4096, &[1], false).unwrap_err().kind(), eof);
+        assert_eq!(d.write_zeroes(0, 4097).unwrap_err().kind(), eof);
+        let huge = io::ErrorKind::InvalidInput;
+        assert_eq!(d.write_zeroes(u64::MAX, 2).unwrap_err().kind(), huge);
+        d.write_zeroes(4000, 96).unwrap();
+        d.read_at(4000, &mut b).unwrap();
+        assert_eq!(b, [0; 96]);
     }
 }

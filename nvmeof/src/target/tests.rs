@@ -960,6 +960,34 @@ fn features_number_of_queues_kato_and_write_cache() {
 }
 
 #[test]
+fn log_page_read_at_an_offset_is_zero_filled_past_the_page() {
+    let t = target();
+    let (mut a, _io) = io_queue(&t, Digests::NONE);
+    // The 512-byte firmware slot log read as 1024 bytes from byte 8: the revision (bytes
+    // 8..16 of the page) first, then zeroes.
+    let mut lp = Sqe::new(admin_opc::GET_LOG_PAGE, 60);
+    lp.set_cdw(10, 0x03 | (255 << 16));
+    lp.set_cdw(12, 8);
+    transport_sgl(&mut lp, 1024);
+    let (fw, c) = a.read_cmd(&lp);
+    assert!(c.status().is_success());
+    let page = crate::spec::log::encode_fw_slot(&t.identity.firmware);
+    assert_eq!(fw.len(), 1024);
+    assert_eq!(&fw[..8], &page[8..16]);
+    assert!(fw[8..].iter().all(|&b| b == 0));
+    // At the end of the page: all zeroes; past it: refused.
+    lp.set_cdw(12, 512);
+    let (end, c) = a.read_cmd(&lp);
+    assert!(c.status().is_success());
+    assert!(end.len() == 1024 && end.iter().all(|&b| b == 0));
+    lp.set_cdw(12, 513);
+    assert_eq!(
+        a.resp(&lp, &[]).status(),
+        Status::generic(sc::INVALID_FIELD)
+    );
+}
+
+#[test]
 fn failed_commands_fill_the_error_log_and_smart_count() {
     let t = target();
     let (mut a, mut io) = io_queue(&t, Digests::NONE);

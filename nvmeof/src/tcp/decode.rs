@@ -90,16 +90,19 @@ fn bad(offset: u32, what: &'static str) -> PduError {
     PduError::InvalidHeaderField { offset, what }
 }
 
+/// Little-endian u32 at byte `at`; 0 past the end (callers read fields inside a
+/// header whose length was checked).
 fn le32(b: &[u8], at: usize) -> u32 {
-    match b.get(at..at + 4) {
-        Some(s) => u32::from_le_bytes([s[0], s[1], s[2], s[3]]),
+    match b.get(at..).and_then(<[u8]>::first_chunk) {
+        Some(w) => u32::from_le_bytes(*w),
         None => 0,
     }
 }
 
+/// Little-endian u16 at byte `at`; 0 past the end, as [`le32`].
 fn le16(b: &[u8], at: usize) -> u16 {
-    match b.get(at..at + 2) {
-        Some(s) => u16::from_le_bytes([s[0], s[1]]),
+    match b.get(at..).and_then(<[u8]>::first_chunk) {
+        Some(w) => u16::from_le_bytes(*w),
         None => 0,
     }
 }

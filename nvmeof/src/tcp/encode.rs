@@ -90,7 +90,9 @@ fn encode_pdu_head(
     out.extend_from_slice(specific);
     out.resize(start + usize::from(hlen), 0);
     if digests.header {
-        let d = crc32c_digest(&out[start..start + usize::from(hlen)]);
+        // `start` is where this PDU begins and `out` has only grown since: this is the
+        // whole header, HLEN bytes.
+        let d = crc32c_digest(out.get(start..).unwrap_or_default());
         out.extend_from_slice(&d.to_le_bytes());
     }
     if data_len != 0 {
@@ -129,13 +131,21 @@ pub fn encode_term_req(out: &mut Vec<u8>, host: bool, fes: u16, fei: u32, offend
     } else {
         PduType::C2hTermReq
     };
-    let keep = offending.len().min(MAX_TERM_REQ_DATA);
-    let start = out.len();
-    encode_pdu(out, ty, 0, &s, &[], Digests::NONE, 0);
-    let d = offending.get(..keep).unwrap_or_default();
+    let d = offending.get(..MAX_TERM_REQ_DATA).unwrap_or(offending);
+    // Not through `encode_pdu`: the offending header rides in the PDU without a PDO,
+    // so PLEN covers it although it is not PDU data.
+    let mut ch = [0u8; COMMON_HEADER_LEN];
+    CommonHeader {
+        pdu_type: ty as u8,
+        flags: 0,
+        hlen: HLEN_TERM_REQ,
+        pdo: 0,
+        plen: u32::try_from(usize::from(HLEN_TERM_REQ) + d.len()).unwrap_or(u32::MAX),
+    }
+    .write(&mut ch);
+    out.extend_from_slice(&ch);
+    out.extend_from_slice(&s);
     out.extend_from_slice(d);
-    let plen = u32::try_from(usize::from(HLEN_TERM_REQ) + keep).unwrap_or(u32::MAX);
-    out[start + 4..start + 8].copy_from_slice(&plen.to_le_bytes());
 }
 
 /// CapsuleCmd with optional in-capsule data (host side).

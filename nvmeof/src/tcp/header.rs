@@ -123,7 +123,7 @@ pub struct CommonHeader {
 impl CommonHeader {
     /// Reads the common header from the first 8 bytes; `None` if fewer are present.
     pub fn parse(b: &[u8]) -> Option<Self> {
-        let h = b.get(..COMMON_HEADER_LEN)?;
+        let h: &[u8; COMMON_HEADER_LEN] = b.first_chunk()?;
         Some(CommonHeader {
             pdu_type: h[0],
             flags: h[1],

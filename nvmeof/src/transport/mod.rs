@@ -332,21 +332,22 @@ pub async fn connection(
                         }
                     }
                     let ctx = q.decode_context();
-                    match frame_len(&buf, &ctx) {
-                        Ok(Some(n)) if buf.len() >= n => {
-                            if q.controller().is_none() && is_admin_connect(&buf) {
+                    // The PDU at the front of `buf`, with its length, once it is all in.
+                    let framed = frame_len(&buf, &ctx).map(|f| f.map(|n| (n, buf.get(..n))));
+                    match framed {
+                        Ok(Some((n, Some(frame)))) => {
+                            if q.controller().is_none() && is_admin_connect(frame) {
                                 refresh_config(&target).await;
                             }
-                            large_writes = large_write(&buf, n);
-                            let frame = &buf[..n];
-                            let echo = &frame[..n.min(TERM_ECHO)];
+                            large_writes = large_write(frame, n);
+                            let echo = frame.get(..TERM_ECHO).unwrap_or(frame);
                             match decode(frame, &ctx) {
                                 Ok(pdu) => q.handle_pdu(pdu, echo, now),
                                 Err(e) => q.decode_error(&e, echo),
                             }
                             buf.advance(n);
                         }
-                        Ok(Some(n)) => {
+                        Ok(Some((n, None))) => {
                             if large_write(&buf, n) {
                                 placing = Placing::start(&mut buf, &mut q, &ctx, TERM_ECHO);
                                 if placing.is_some() {

@@ -93,7 +93,7 @@ impl Placing {
     /// Once [`Placing::ready`]: checks the digest and hands the buffer back to the queue.
     pub(super) fn finish(self, rx: &mut BytesMut, q: &mut Queue, now_ms: u64) {
         if self.head.data_digest {
-            let Some(d) = rx.get(..DIGEST_LEN) else {
+            let Some(d) = rx.first_chunk::<DIGEST_LEN>() else {
                 return q.decode_error(
                     &PduError::Truncated {
                         need: DIGEST_LEN,
@@ -102,7 +102,7 @@ impl Placing {
                     &self.echo,
                 );
             };
-            let received = u32::from_le_bytes([d[0], d[1], d[2], d[3]]);
+            let received = u32::from_le_bytes(*d);
             rx.advance(DIGEST_LEN);
             let data = self.buf.get(self.start..).unwrap_or_default();
             if let Err(e) = check_data_digest(data, received) {
