@@ -1,5 +1,5 @@
 // The body of the fuzz target `fanotify_events` (`../fuzz_targets/fanotify_events.rs` says what it checks).
-// Kept apart so that `appliance/tests/fuzz_corpus.rs` replays the committed corpus through
+// Kept apart so that `tests/tests/fuzz_corpus.rs` replays the committed corpus through
 // this same code on stable Rust in every test run.
 
 use quarry::smb_service::posix_fs::fanotify;

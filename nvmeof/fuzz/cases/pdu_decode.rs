@@ -1,5 +1,5 @@
 // The body of the fuzz target `pdu_decode` (`../fuzz_targets/pdu_decode.rs` says what it checks).
-// Kept apart so that `nvmeof/tests/fuzz_corpus.rs` replays the committed corpus through
+// Kept apart so that `tests/tests/fuzz_corpus.rs` replays the committed corpus through
 // this same code on stable Rust in every test run.
 
 use quarry_nvmeof::tcp::{self, DecodeContext, Digests, Pdu};

@@ -1,5 +1,5 @@
 // The body of the fuzz target `rdma_private_data` (`../fuzz_targets/rdma_private_data.rs` says what it checks).
-// Kept apart so that `nvmeof/tests/fuzz_corpus.rs` replays the committed corpus through
+// Kept apart so that `tests/tests/fuzz_corpus.rs` replays the committed corpus through
 // this same code on stable Rust in every test run.
 
 use quarry_nvmeof::rdma::wire::{self, CmAccept, CmRequest};

@@ -1,5 +1,5 @@
 // The body of the fuzz target `auth_ntlm` (`../fuzz_targets/auth_ntlm.rs` says what it checks).
-// Kept apart so that `smb/tests/fuzz_corpus.rs` replays the committed corpus through
+// Kept apart so that `tests/tests/fuzz_corpus.rs` replays the committed corpus through
 // this same code on stable Rust in every test run.
 
 use quarry_smb::auth::ntlm::messages;

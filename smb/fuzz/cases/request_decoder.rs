@@ -1,5 +1,5 @@
 // The body of the fuzz target `request_decoder` (`../fuzz_targets/request_decoder.rs` says what it checks).
-// Kept apart so that `smb/tests/fuzz_corpus.rs` replays the committed corpus through
+// Kept apart so that `tests/tests/fuzz_corpus.rs` replays the committed corpus through
 // this same code on stable Rust in every test run.
 
 use quarry_smb::proto::create::decode_create_contexts;

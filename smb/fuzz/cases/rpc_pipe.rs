@@ -1,5 +1,5 @@
 // The body of the fuzz target `rpc_pipe` (`../fuzz_targets/rpc_pipe.rs` says what it checks).
-// Kept apart so that `smb/tests/fuzz_corpus.rs` replays the committed corpus through
+// Kept apart so that `tests/tests/fuzz_corpus.rs` replays the committed corpus through
 // this same code on stable Rust in every test run.
 
 use quarry_smb::rpc::{ShareEntry, ShareKind, SrvsvcPipe};
