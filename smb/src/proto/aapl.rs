@@ -242,6 +242,7 @@ impl AppleDirInfo {
         let Some(finder) = afp_info
             .filter(|a| a.len() == AFP_INFO_LEN)
             .and_then(|a| a.get(16..48))
+            .and_then(|f| <&[u8; 32]>::try_from(f).ok())
         else {
             return self;
         };

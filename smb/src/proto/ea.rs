@@ -36,20 +36,21 @@ fn valid_name(name: &[u8]) -> bool {
 /// values over [`MAX_EA_VALUE`] are refused.
 pub fn decode_full_ea_list(buf: &[u8]) -> Result<Vec<Ea>, ProtoError> {
     let mut out = Vec::new();
-    let mut pos = 0usize;
+    let mut entry = buf;
     loop {
-        let head = buf.get(pos..pos + 8).ok_or(ProtoError::Truncated)?;
-        let next = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-        let flags = head[4];
-        let name_len = usize::from(head[5]);
-        let value_len = usize::from(u16::from_le_bytes([head[6], head[7]]));
-        let name_start = pos + 8;
-        let value_start = name_start + name_len + 1;
-        let end = value_start + value_len;
-        if end > buf.len() || buf.get(name_start + name_len) != Some(&0) {
-            return Err(ProtoError::BadOffset);
-        }
-        let name = &buf[name_start..name_start + name_len];
+        let (&[n0, n1, n2, n3, flags, name_len, v0, v1], rest) = entry
+            .split_first_chunk::<8>()
+            .ok_or(ProtoError::Truncated)?;
+        let next = u32::from_le_bytes([n0, n1, n2, n3]) as usize;
+        let value_len = usize::from(u16::from_le_bytes([v0, v1]));
+        // EaName, its NUL, then EaValue, all inside the buffer.
+        let (name, rest) = rest
+            .split_at_checked(usize::from(name_len))
+            .ok_or(ProtoError::BadOffset)?;
+        let value = match rest.split_first() {
+            Some((0, rest)) => rest.get(..value_len).ok_or(ProtoError::BadOffset)?,
+            _ => return Err(ProtoError::BadOffset),
+        };
         if !valid_name(name) || value_len > MAX_EA_VALUE {
             return Err(ProtoError::Invalid("EA name or value"));
         }
@@ -58,17 +59,18 @@ pub fn decode_full_ea_list(buf: &[u8]) -> Result<Vec<Ea>, ProtoError> {
         }
         out.push(Ea {
             name: String::from_utf8_lossy(name).into_owned(),
-            value: buf[value_start..end].to_vec(),
+            value: value.to_vec(),
             flags,
         });
         if next == 0 {
             return Ok(out);
         }
         // Entries are 4-byte aligned and must move forward past the one just read.
-        if !next.is_multiple_of(4) || next < end - pos {
+        let used = 8 + name.len() + 1 + value.len();
+        if !next.is_multiple_of(4) || next < used {
             return Err(ProtoError::BadOffset);
         }
-        pos += next;
+        entry = entry.get(next..).ok_or(ProtoError::Truncated)?;
     }
 }
 
@@ -86,27 +88,32 @@ pub fn ea_size(eas: &[Ea]) -> u32 {
 /// returns it and how many entries it holds.
 pub fn encode_full_ea_list(eas: &[Ea], max: usize) -> (Vec<u8>, usize) {
     let mut out = Vec::new();
-    let mut last_start = None;
     let mut count = 0;
-    for ea in eas {
-        let start = out.len().next_multiple_of(4);
-        if start + entry_len(ea) > max {
-            break;
-        }
-        out.resize(start, 0);
-        if let Some(prev) = last_start {
-            let next = len_u32(start - prev);
-            out[prev..prev + 4].copy_from_slice(&next.to_le_bytes());
-        }
-        out.put_u32(0);
+    let mut eas = eas.iter().peekable();
+    // Each entry is written whole, its NextEntryOffset set once it is known whether the next
+    // entry fits as well; the chain ends at the first that does not.
+    if eas.peek().is_some_and(|ea| entry_len(ea) > max) {
+        return (out, count);
+    }
+    while let Some(ea) = eas.next() {
+        let start = out.len();
+        let len = entry_len(ea);
+        let padded = len.next_multiple_of(4);
+        let next_fits = eas
+            .peek()
+            .is_some_and(|n| start + padded + entry_len(n) <= max);
+        out.put_u32(if next_fits { len_u32(padded) } else { 0 });
         out.put_u8(ea.flags);
         out.put_u8(u8::try_from(ea.name.len()).unwrap_or(u8::MAX));
         out.put_u16(u16::try_from(ea.value.len()).unwrap_or(u16::MAX));
         out.extend_from_slice(ea.name.as_bytes());
         out.put_u8(0);
         out.extend_from_slice(&ea.value);
-        last_start = Some(start);
         count += 1;
+        if !next_fits {
+            break;
+        }
+        out.put_zeros(padded - len);
     }
     (out, count)
 }

@@ -413,19 +413,19 @@ pub fn encode_file_info(class: u8, a: &FileAttrs, f: &OpenFacts) -> Option<Vec<u
         class::STREAM => {
             // FILE_STREAM_INFORMATION entries, each 8-byte aligned and chained.
             for (i, (name, size, allocation)) in f.streams.iter().enumerate() {
-                let start = out.len();
                 let wire_name = format!(":{name}:$DATA");
-                out.put_u32(0);
-                out.put_u32(len_u32(utf16_len(&wire_name)));
+                let name_len = utf16_len(&wire_name);
+                // NextEntryOffset, StreamNameLength, StreamSize, StreamAllocationSize, name.
+                let len = 24 + name_len;
+                let last = i + 1 == f.streams.len();
+                let padded = len.next_multiple_of(8);
+                out.put_u32(if last { 0 } else { len_u32(padded) });
+                out.put_u32(len_u32(name_len));
                 out.put_u64(*size);
                 out.put_u64(*allocation);
                 out.put_utf16(&wire_name);
-                if i + 1 < f.streams.len() {
-                    while !(out.len() - start).is_multiple_of(8) {
-                        out.put_u8(0);
-                    }
-                    let next = len_u32(out.len() - start);
-                    out[start..start + 4].copy_from_slice(&next.to_le_bytes());
+                if !last {
+                    out.put_zeros(padded - len);
                 }
             }
         }

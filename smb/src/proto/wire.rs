@@ -79,15 +79,37 @@ pub fn slice_at(buf: &[u8], offset: usize, len: usize) -> Result<&[u8], ProtoErr
     buf.get(offset..end).ok_or(ProtoError::BadOffset)
 }
 
+/// The `N` bytes at `at` as an array, or `None` when they are not all inside `buf`. For
+/// decoders outside [`crate::proto`] that read fields at offsets and map a miss to their own
+/// error type.
+pub fn array_at<const N: usize>(buf: &[u8], at: usize) -> Option<&[u8; N]> {
+    buf.get(at..)?.first_chunk()
+}
+
+/// The little-endian u16 at `at`, or `None` when it is not all inside `buf`.
+pub fn le_u16_at(buf: &[u8], at: usize) -> Option<u16> {
+    array_at(buf, at).map(|a| u16::from_le_bytes(*a))
+}
+
+/// The little-endian u32 at `at`, or `None` when it is not all inside `buf`.
+pub fn le_u32_at(buf: &[u8], at: usize) -> Option<u32> {
+    array_at(buf, at).map(|a| u32::from_le_bytes(*a))
+}
+
+/// The little-endian u16 units of `bytes`, in order; an odd trailing byte is not read
+/// (callers that decode UTF-16 refuse odd lengths first).
+pub fn le_u16_units(bytes: &[u8]) -> impl ExactSizeIterator<Item = u16> + Clone + '_ {
+    let lo = bytes.iter().step_by(2);
+    let hi = bytes.iter().skip(1).step_by(2);
+    lo.zip(hi).map(|(&l, &h)| u16::from_le_bytes([l, h]))
+}
+
 /// Decodes UTF-16LE bytes into a `String`, refusing odd lengths and unpaired surrogates.
 pub fn utf16le(bytes: &[u8]) -> Result<String, ProtoError> {
     if !bytes.len().is_multiple_of(2) {
         return Err(ProtoError::BadString);
     }
-    let units = bytes
-        .chunks_exact(2)
-        .map(|c| u16::from_le_bytes([c[0], c[1]]));
-    char::decode_utf16(units)
+    char::decode_utf16(le_u16_units(bytes))
         .collect::<Result<String, _>>()
         .map_err(|_| ProtoError::BadString)
 }
@@ -192,6 +214,21 @@ mod tests {
         assert_eq!(slice_at(&b, 9, 2), Err(ProtoError::BadOffset));
         assert_eq!(slice_at(&b, usize::MAX, 2), Err(ProtoError::BadOffset));
         assert_eq!(slice_at(&b, 100, 0).unwrap(), &[] as &[u8]);
+    }
+
+    #[test]
+    fn field_helpers_check_bounds() {
+        let b = [1u8, 2, 3, 4, 5];
+        assert_eq!(le_u16_at(&b, 3), Some(0x0504));
+        assert_eq!(le_u16_at(&b, 4), None);
+        assert_eq!(le_u32_at(&b, 1), Some(0x0504_0302));
+        assert_eq!(le_u32_at(&b, 2), None);
+        assert_eq!(le_u32_at(&b, usize::MAX), None);
+        assert_eq!(array_at::<0>(&b, 5), Some(&[]));
+        assert_eq!(array_at::<1>(&b, 6), None);
+        assert_eq!(le_u16_units(&b).collect::<Vec<_>>(), [0x0201, 0x0403]);
+        assert_eq!(le_u16_units(&b).len(), 2);
+        assert_eq!(le_u16_units(&[]).len(), 0);
     }
 
     #[test]
