@@ -6,6 +6,13 @@
 
 use super::sid::{Sid, SidError};
 
+/// Length of the self-relative header: Revision, Sbz1, Control and the four offsets.
+const HEADER_LEN: usize = 20;
+/// Length of an ACL header: AclRevision, Sbz1, AclSize, AceCount, Sbz2.
+const ACL_HEADER_LEN: usize = 8;
+/// Most ACEs one ACL holds (AceCount is a u16); [`Acl::encode`] writes no more.
+const MAX_ACES: usize = 0xFFFF;
+
 /// The largest descriptor accepted or stored: an ACL's size is a u16, and a descriptor
 /// holds at most two of them plus two SIDs.
 pub const MAX_DESCRIPTOR_LEN: usize = 2 * 0xFFFF + 2 * 68 + 20;
@@ -166,43 +173,64 @@ impl Acl {
         Acl { revision: 2, aces }
     }
 
+    /// Bytes [`Acl::encode`] writes (at most [`MAX_ACES`] entries).
     fn wire_len(&self) -> usize {
-        8 + self.aces.iter().map(Ace::wire_len).sum::<usize>()
+        ACL_HEADER_LEN
+            + self
+                .aces
+                .iter()
+                .take(MAX_ACES)
+                .map(Ace::wire_len)
+                .sum::<usize>()
     }
 
     fn decode(buf: &[u8]) -> Result<Acl, DescriptorError> {
-        let head = buf.get(..8).ok_or(DescriptorError::Truncated)?;
+        let (head, _) = buf
+            .split_first_chunk::<ACL_HEADER_LEN>()
+            .ok_or(DescriptorError::Truncated)?;
         let revision = head[0];
         if !matches!(revision, 2 | 4) {
             return Err(DescriptorError::BadAcl("revision"));
         }
         let size = usize::from(u16::from_le_bytes([head[2], head[3]]));
         let count = usize::from(u16::from_le_bytes([head[4], head[5]]));
-        if size < 8 || size > buf.len() {
+        if size < ACL_HEADER_LEN || size > buf.len() {
             return Err(DescriptorError::BadAcl("size"));
         }
         // Each ACE takes at least 8 bytes: this bounds the allocation by the input.
-        if count > (size - 8) / 8 {
+        if count > (size - ACL_HEADER_LEN) / 8 {
             return Err(DescriptorError::BadAcl("ACE count"));
         }
+        // The ACEs, up to AclSize (checked above to be inside `buf`).
+        let mut rest = buf
+            .get(ACL_HEADER_LEN..size)
+            .ok_or(DescriptorError::BadAcl("size"))?;
         let mut aces = Vec::with_capacity(count);
-        let mut pos = 8;
         for _ in 0..count {
-            let h = buf.get(pos..pos + 4).ok_or(DescriptorError::Truncated)?;
+            // An ACE (header or body) that does not fit in AclSize has a bad size.
+            let (h, after) = rest
+                .split_first_chunk::<4>()
+                .ok_or(DescriptorError::BadAce("size"))?;
             let ace_type = h[0];
             let flags = h[1];
             let len = usize::from(u16::from_le_bytes([h[2], h[3]]));
-            if len < 8 || pos + len > size {
+            if len < 8 {
                 return Err(DescriptorError::BadAce("size"));
             }
-            let body = &buf[pos + 4..pos + len];
+            let (body, tail) = after
+                .split_at_checked(len - 4)
+                .ok_or(DescriptorError::BadAce("size"))?;
+            rest = tail;
             let body = if ace_type <= ace_type::SYSTEM_ALARM {
-                let mask = u32::from_le_bytes([body[0], body[1], body[2], body[3]]);
-                let (sid, used) = Sid::decode(&body[4..])?;
-                if 4 + used > body.len() {
-                    return Err(DescriptorError::BadAce("SID beyond the ACE"));
+                let (mask, sid) = body
+                    .split_first_chunk::<4>()
+                    .ok_or(DescriptorError::BadAce("size"))?;
+                // `Sid::decode` reads only inside the ACE body, so the SID cannot overrun it.
+                let (sid, _) = Sid::decode(sid)?;
+                AceBody::Basic {
+                    mask: u32::from_le_bytes(*mask),
+                    sid,
                 }
-                AceBody::Basic { mask, sid }
             } else {
                 AceBody::Opaque(body.to_vec())
             };
@@ -211,19 +239,19 @@ impl Acl {
                 flags,
                 body,
             });
-            pos += len;
         }
         Ok(Acl { revision, aces })
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
-        let start = out.len();
+        // AclSize is what this writes: the header and the first MAX_ACES entries.
+        let size = self.wire_len().min(0xFFFF) as u16;
         out.push(self.revision);
         out.push(0);
-        out.extend_from_slice(&[0, 0]); // AclSize, patched below
-        out.extend_from_slice(&(self.aces.len().min(0xFFFF) as u16).to_le_bytes());
+        out.extend_from_slice(&size.to_le_bytes());
+        out.extend_from_slice(&(self.aces.len().min(MAX_ACES) as u16).to_le_bytes());
         out.extend_from_slice(&[0, 0]);
-        for ace in self.aces.iter().take(0xFFFF) {
+        for ace in self.aces.iter().take(MAX_ACES) {
             out.push(ace.ace_type);
             out.push(ace.flags);
             out.extend_from_slice(&(ace.wire_len().min(0xFFFF) as u16).to_le_bytes());
@@ -235,8 +263,6 @@ impl Acl {
                 AceBody::Opaque(b) => out.extend_from_slice(b),
             }
         }
-        let size = (out.len() - start).min(0xFFFF) as u16;
-        out[start + 2..start + 4].copy_from_slice(&size.to_le_bytes());
     }
 }
 
@@ -256,10 +282,6 @@ pub struct SecurityDescriptor {
     pub sacl: Option<Acl>,
 }
 
-fn u32_at(b: &[u8], at: usize) -> usize {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) as usize
-}
-
 impl SecurityDescriptor {
     /// Whether the descriptor says anything about the DACL (a present one or a NULL one).
     pub fn dacl_present(&self) -> bool {
@@ -271,16 +293,23 @@ impl SecurityDescriptor {
         if buf.len() > MAX_DESCRIPTOR_LEN {
             return Err(DescriptorError::TooLarge(buf.len()));
         }
-        let head = buf.get(..20).ok_or(DescriptorError::Truncated)?;
+        let (head, _) = buf
+            .split_first_chunk::<HEADER_LEN>()
+            .ok_or(DescriptorError::Truncated)?;
         if head[0] != 1 {
             return Err(DescriptorError::Revision(head[0]));
         }
         let control = u16::from_le_bytes([head[2], head[3]]);
+        // A part's offset field: 0 for none, else from the start of the descriptor.
+        let offset = |b: [u8; 4]| u32::from_le_bytes(b) as usize;
         let part = |off: usize| -> Result<Option<&[u8]>, DescriptorError> {
             match off {
                 0 => Ok(None),
-                o if o < 20 || o >= buf.len() => Err(DescriptorError::BadOffset),
-                o => Ok(Some(&buf[o..])),
+                o if o < HEADER_LEN => Err(DescriptorError::BadOffset),
+                o => match buf.get(o..) {
+                    Some(p) if !p.is_empty() => Ok(Some(p)),
+                    _ => Err(DescriptorError::BadOffset),
+                },
             }
         };
         let sid_at = |off| -> Result<Option<Sid>, DescriptorError> {
@@ -289,18 +318,18 @@ impl SecurityDescriptor {
                 None => None,
             })
         };
-        let owner = sid_at(u32_at(head, 4))?;
-        let group = sid_at(u32_at(head, 8))?;
+        let owner = sid_at(offset([head[4], head[5], head[6], head[7]]))?;
+        let group = sid_at(offset([head[8], head[9], head[10], head[11]]))?;
         let sacl = match (
             control & control::SACL_PRESENT != 0,
-            part(u32_at(head, 12))?,
+            part(offset([head[12], head[13], head[14], head[15]]))?,
         ) {
             (true, Some(b)) => Some(Acl::decode(b)?),
             _ => None,
         };
         let dacl = match (
             control & control::DACL_PRESENT != 0,
-            part(u32_at(head, 16))?,
+            part(offset([head[16], head[17], head[18], head[19]]))?,
         ) {
             (true, Some(b)) => Some(Acl::decode(b)?),
             _ => None,
@@ -337,42 +366,40 @@ impl SecurityDescriptor {
             .dacl
             .as_ref()
             .filter(|_| with_dacl && ctl & control::DACL_PRESENT != 0);
-        let len = 20
-            + owner.map_or(0, Sid::wire_len)
-            + group.map_or(0, Sid::wire_len)
-            + sacl.map_or(0, Acl::wire_len)
-            + dacl.map_or(0, Acl::wire_len);
-        let mut out = Vec::with_capacity(len);
+        // The parts follow the header in this order, each at the offset its field names
+        // (0 for an absent part); `wire_len` is exactly what each `encode` writes.
+        let owner_len = owner.map_or(0, Sid::wire_len);
+        let group_len = group.map_or(0, Sid::wire_len);
+        let sacl_len = sacl.map_or(0, Acl::wire_len);
+        let dacl_len = dacl.map_or(0, Acl::wire_len);
+        let owner_at = HEADER_LEN;
+        let group_at = owner_at + owner_len;
+        let sacl_at = group_at + group_len;
+        let dacl_at = sacl_at + sacl_len;
+        let mut out = Vec::with_capacity(dacl_at + dacl_len);
         out.extend_from_slice(&[1, 0]);
         out.extend_from_slice(&ctl.to_le_bytes());
-        out.extend_from_slice(&[0; 16]);
-        let place = |out: &mut Vec<u8>, slot: usize, present: bool, put: &dyn Fn(&mut Vec<u8>)| {
-            if present {
-                let off = out.len() as u32;
-                out[slot..slot + 4].copy_from_slice(&off.to_le_bytes());
-                put(out);
-            }
-        };
-        place(&mut out, 4, owner.is_some(), &|o| {
-            if let Some(s) = owner {
-                s.encode(o)
-            }
-        });
-        place(&mut out, 8, group.is_some(), &|o| {
-            if let Some(s) = group {
-                s.encode(o)
-            }
-        });
-        place(&mut out, 12, sacl.is_some(), &|o| {
-            if let Some(a) = sacl {
-                a.encode(o)
-            }
-        });
-        place(&mut out, 16, dacl.is_some(), &|o| {
-            if let Some(a) = dacl {
-                a.encode(o)
-            }
-        });
+        for (present, at) in [
+            (owner.is_some(), owner_at),
+            (group.is_some(), group_at),
+            (sacl.is_some(), sacl_at),
+            (dacl.is_some(), dacl_at),
+        ] {
+            let off = if present { at as u32 } else { 0 };
+            out.extend_from_slice(&off.to_le_bytes());
+        }
+        if let Some(s) = owner {
+            s.encode(&mut out);
+        }
+        if let Some(s) = group {
+            s.encode(&mut out);
+        }
+        if let Some(a) = sacl {
+            a.encode(&mut out);
+        }
+        if let Some(a) = dacl {
+            a.encode(&mut out);
+        }
         out
     }
 
@@ -406,6 +433,10 @@ impl SecurityDescriptor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn u32_at(b: &[u8], at: usize) -> usize {
+        u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize
+    }
 
     /// A descriptor as Windows returns it for a new file: owner, group and a DACL of an
     /// inherited full-control ACE for Everyone and an object ACE (type 5) kept opaque.
@@ -487,6 +518,58 @@ mod tests {
             "absent DACL set: NULL"
         );
         assert_eq!(sd.owner, sample().owner, "owner untouched by a DACL set");
+    }
+
+    #[test]
+    fn part_offsets_match_what_is_written() {
+        // An over-long hand-built SID is written cut to 15 sub-authorities; the parts after
+        // it must still be found where their offsets say.
+        let mut sd = sample();
+        sd.owner = Some(Sid {
+            authority: 5,
+            sub: vec![9; 20],
+        });
+        sd.sacl = Some(Acl::new(vec![Ace::basic(
+            ace_type::SYSTEM_AUDIT,
+            0,
+            1,
+            Sid::world(),
+        )]));
+        sd.control |= control::SACL_PRESENT;
+        let bytes = sd.encode(0xF);
+        let back = SecurityDescriptor::decode(&bytes).expect("decodes");
+        assert_eq!(back.owner.map(|s| s.sub.len()), Some(15));
+        assert_eq!(
+            (back.group, back.dacl, back.sacl),
+            (sd.group, sd.dacl, sd.sacl)
+        );
+        assert_eq!(u32_at(&bytes, 4), 20);
+        assert_eq!(
+            u32_at(&bytes, 8),
+            20 + 8 + 4 * 15,
+            "group right after the owner"
+        );
+    }
+
+    #[test]
+    fn aces_must_fit_the_acl_size() {
+        // A DACL of AclSize 24 and AceCount 2 whose first ACE takes 14 bytes: the second
+        // ACE's header would start 2 bytes before the end of the ACL.
+        let mut b = vec![
+            1, 0, 0x04, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 20, 0, 0, 0,
+        ];
+        b.extend_from_slice(&[2, 0, 24, 0, 2, 0, 0, 0]);
+        b.extend_from_slice(&[5, 0, 14, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            SecurityDescriptor::decode(&b),
+            Err(DescriptorError::BadAce("size"))
+        );
+        b.extend_from_slice(&[0; 8]);
+        assert_eq!(
+            SecurityDescriptor::decode(&b),
+            Err(DescriptorError::BadAce("size")),
+            "the same when bytes follow the ACL"
+        );
     }
 
     #[test]

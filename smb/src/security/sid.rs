@@ -112,30 +112,30 @@ impl Sid {
             .then(|| Sid::new(authority, &sub))
     }
 
-    /// Bytes of the binary form.
+    /// Bytes of the binary form: what [`Sid::encode`] writes.
     pub fn wire_len(&self) -> usize {
-        8 + 4 * self.sub.len()
+        8 + 4 * self.sub.len().min(MAX_SUB_AUTHORITIES)
     }
 
     /// Decodes a SID at the start of `buf`; returns it and the bytes it took.
     pub fn decode(buf: &[u8]) -> Result<(Sid, usize), SidError> {
-        let head = buf.get(..8).ok_or(SidError::Truncated)?;
-        if head[0] != 1 {
-            return Err(SidError::Revision(head[0]));
+        let (&[revision, count, a0, a1, a2, a3, a4, a5], mut rest) =
+            buf.split_first_chunk::<8>().ok_or(SidError::Truncated)?;
+        if revision != 1 {
+            return Err(SidError::Revision(revision));
         }
-        let count = head[1];
         if usize::from(count) > MAX_SUB_AUTHORITIES {
             return Err(SidError::TooManySubAuthorities(count));
         }
-        let authority = head[2..8]
-            .iter()
-            .fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
+        // IdentifierAuthority is 6 bytes, big-endian.
+        let authority = u64::from_be_bytes([0, 0, a0, a1, a2, a3, a4, a5]);
         let len = 8 + 4 * usize::from(count);
-        let body = buf.get(8..len).ok_or(SidError::Truncated)?;
-        let sub = body
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
+        let mut sub = Vec::with_capacity(usize::from(count));
+        for _ in 0..count {
+            let (s, tail) = rest.split_first_chunk::<4>().ok_or(SidError::Truncated)?;
+            sub.push(u32::from_le_bytes(*s));
+            rest = tail;
+        }
         Ok((Sid { authority, sub }, len))
     }
 
@@ -194,6 +194,20 @@ mod tests {
             Sid::decode(&[1, 1, 0, 0, 0, 0, 0, 1, 0, 0]),
             Err(SidError::Truncated)
         );
+    }
+
+    #[test]
+    fn wire_len_is_what_encode_writes() {
+        // `sub` is public: a SID built by hand may hold more than encode writes.
+        for n in [0, 1, 15, 16, 40] {
+            let s = Sid {
+                authority: 5,
+                sub: vec![7; n],
+            };
+            let mut b = Vec::new();
+            s.encode(&mut b);
+            assert_eq!(s.wire_len(), b.len(), "{n} sub-authorities");
+        }
     }
 
     #[test]
