@@ -3,6 +3,7 @@
 //! Alignment is relative to the start of the stub, which is how DCE/RPC defines it.
 
 use super::RpcError;
+use crate::proto::wire::{le_u16_units, le_u32_at};
 
 /// Longest string (UTF-16 code units, terminator included) the reader accepts.
 pub const MAX_STRING_UNITS: u32 = 1024;
@@ -98,12 +99,9 @@ impl<'a> NdrReader<'a> {
     /// An aligned u32.
     pub fn u32(&mut self) -> Result<u32, RpcError> {
         self.align(4)?;
-        let b = self
-            .buf
-            .get(self.pos..self.pos + 4)
-            .ok_or(RpcError::Malformed("NDR: truncated u32"))?;
+        let v = le_u32_at(self.buf, self.pos).ok_or(RpcError::Malformed("NDR: truncated u32"))?;
         self.pos += 4;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        Ok(v)
     }
 
     /// A unique pointer's referent id (0 = NULL).
@@ -125,10 +123,7 @@ impl<'a> NdrReader<'a> {
             .get(self.pos..self.pos + len)
             .ok_or(RpcError::Malformed("NDR: truncated string"))?;
         self.pos += len;
-        let mut units: Vec<u16> = b
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
-            .collect();
+        let mut units: Vec<u16> = le_u16_units(b).collect();
         if units.last() == Some(&0) {
             units.pop();
         }

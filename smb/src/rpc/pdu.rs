@@ -3,6 +3,7 @@
 //! (read), response and fault (written).
 
 use super::RpcError;
+use crate::proto::wire::{array_at, le_u16_at, le_u32_at};
 
 /// Length of the common header.
 pub const HEADER_LEN: usize = 16;
@@ -10,6 +11,10 @@ pub const HEADER_LEN: usize = 16;
 pub const REQUEST_HEADER_LEN: usize = 24;
 /// Length of a response/fault header.
 pub const RESPONSE_HEADER_LEN: usize = 24;
+/// Length of a bind_nak with one supported protocol version.
+const BIND_NAK_LEN: usize = HEADER_LEN + 6;
+/// Length of a fault PDU.
+const FAULT_LEN: usize = RESPONSE_HEADER_LEN + 8;
 /// Largest fragment this server sends or accepts (the value Windows and Samba use).
 pub const MAX_FRAG: u16 = 4280;
 /// Smallest max_xmit_frag a client may impose (C706: must be at least 1432).
@@ -108,24 +113,18 @@ pub struct Header {
 }
 
 fn u16_at(b: &[u8], off: usize) -> Result<u16, RpcError> {
-    let s = b
-        .get(off..off + 2)
-        .ok_or(RpcError::Malformed("truncated u16"))?;
-    Ok(u16::from_le_bytes([s[0], s[1]]))
+    le_u16_at(b, off).ok_or(RpcError::Malformed("truncated u16"))
 }
 
 fn u32_at(b: &[u8], off: usize) -> Result<u32, RpcError> {
-    let s = b
-        .get(off..off + 4)
-        .ok_or(RpcError::Malformed("truncated u32"))?;
-    Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    le_u32_at(b, off).ok_or(RpcError::Malformed("truncated u32"))
 }
 
 /// Parses the common header of `buf` (at least 16 bytes). Only version 5.0 with
 /// little-endian, ASCII, IEEE data representation is accepted.
 pub fn parse_header(buf: &[u8]) -> Result<Header, RpcError> {
-    let h = buf
-        .get(..HEADER_LEN)
+    let (h, _) = buf
+        .split_first_chunk::<HEADER_LEN>()
         .ok_or(RpcError::Malformed("short header"))?;
     if h[0] != 5 || h[1] != 0 {
         return Err(RpcError::Malformed("not DCE/RPC 5.0"));
@@ -151,17 +150,14 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, RpcError> {
     })
 }
 
-fn write_header(out: &mut Vec<u8>, ptype: u8, flags: u8, call_id: u32) {
-    out.extend_from_slice(&[5, 0, ptype, flags, 0x10, 0, 0, 0]);
-    out.extend_from_slice(&[0, 0, 0, 0]); // frag_length, auth_length: patched by finish()
-    out.extend_from_slice(&call_id.to_le_bytes());
-}
-
-fn finish(mut pdu: Vec<u8>) -> Vec<u8> {
-    let len = (pdu.len() as u16).to_le_bytes();
-    pdu[8] = len[0];
-    pdu[9] = len[1];
-    pdu
+/// The common header of a PDU of `frag_len` bytes in all (version 5.0, little-endian, no
+/// auth trailer). Each builder knows its PDU's length before writing it.
+fn header(ptype: u8, flags: u8, frag_len: usize, call_id: u32) -> [u8; HEADER_LEN] {
+    let [l0, l1] = (frag_len as u16).to_le_bytes();
+    let [c0, c1, c2, c3] = call_id.to_le_bytes();
+    [
+        5, 0, ptype, flags, 0x10, 0, 0, 0, l0, l1, 0, 0, c0, c1, c2, c3,
+    ]
 }
 
 /// One presentation context offered in a bind.
@@ -189,13 +185,9 @@ pub struct Bind {
 }
 
 fn syntax_at(b: &[u8], off: usize) -> Result<SyntaxId, RpcError> {
-    let u = b
-        .get(off..off + 16)
-        .ok_or(RpcError::Malformed("truncated syntax id"))?;
-    let mut uuid = [0u8; 16];
-    uuid.copy_from_slice(u);
+    let uuid = array_at::<16>(b, off).ok_or(RpcError::Malformed("truncated syntax id"))?;
     Ok(SyntaxId {
-        uuid,
+        uuid: *uuid,
         version: u32_at(b, off + 16)?,
     })
 }
@@ -275,8 +267,20 @@ pub fn build_bind_ack(
     secondary_address: &str,
     results: &[ContextResult],
 ) -> Vec<u8> {
-    let mut p = Vec::with_capacity(64 + results.len() * 24);
-    write_header(&mut p, ptype_out, pfc::FIRST_FRAG | pfc::LAST_FRAG, call_id);
+    // Header, max_xmit_frag, max_recv_frag, assoc_group_id; sec_addr (length and string
+    // with its NUL) padded to 4; p_result_list (count, 3 reserved, 24 bytes a result).
+    let addr_len = match secondary_address.len() {
+        0 => 0,
+        n => n + 1,
+    };
+    let frag_len = (HEADER_LEN + 8 + 2 + addr_len).next_multiple_of(4) + 4 + 24 * results.len();
+    let mut p = Vec::with_capacity(frag_len);
+    p.extend_from_slice(&header(
+        ptype_out,
+        pfc::FIRST_FRAG | pfc::LAST_FRAG,
+        frag_len,
+        call_id,
+    ));
     p.extend_from_slice(&max_xmit.to_le_bytes());
     p.extend_from_slice(&max_recv.to_le_bytes());
     p.extend_from_slice(&assoc_group_id.to_le_bytes());
@@ -298,7 +302,7 @@ pub fn build_bind_ack(
         p.extend_from_slice(&r.transfer_syntax.uuid);
         p.extend_from_slice(&r.transfer_syntax.version.to_le_bytes());
     }
-    finish(p)
+    p
 }
 
 /// bind_nak reject reasons (C706 12.6.4.4).
@@ -313,16 +317,16 @@ pub mod reject {
 
 /// Builds a bind_nak with one supported protocol version (5.0).
 pub fn build_bind_nak(call_id: u32, reason: u16) -> Vec<u8> {
-    let mut p = Vec::with_capacity(24);
-    write_header(
-        &mut p,
+    let mut p = Vec::with_capacity(BIND_NAK_LEN);
+    p.extend_from_slice(&header(
         ptype::BIND_NAK,
         pfc::FIRST_FRAG | pfc::LAST_FRAG,
+        BIND_NAK_LEN,
         call_id,
-    );
+    ));
     p.extend_from_slice(&reason.to_le_bytes());
     p.extend_from_slice(&[1, 5, 0, 0]); // n_protocols = 1, {5, 0}, pad
-    finish(p)
+    p
 }
 
 /// A parsed request fragment.
@@ -368,25 +372,28 @@ pub fn parse_request<'a>(h: &Header, pdu: &'a [u8]) -> Result<Request<'a>, RpcEr
 pub fn build_responses(call_id: u32, context_id: u16, stub: &[u8], max_frag: u16) -> Vec<Vec<u8>> {
     let room = usize::from(max_frag.max(MIN_FRAG)) - RESPONSE_HEADER_LEN;
     let mut out = Vec::with_capacity(stub.len() / room + 1);
-    let mut off = 0;
+    let mut rest = stub;
     loop {
-        let end = (off + room).min(stub.len());
+        // This fragment's stub, and what is left for the next ones.
+        let (part, tail) = rest.split_at_checked(room).unwrap_or((rest, &[]));
         let mut flags = 0;
-        if off == 0 {
+        if rest.len() == stub.len() {
             flags |= pfc::FIRST_FRAG;
         }
-        if end == stub.len() {
+        if tail.is_empty() {
             flags |= pfc::LAST_FRAG;
         }
-        let mut p = Vec::with_capacity(RESPONSE_HEADER_LEN + end - off);
-        write_header(&mut p, ptype::RESPONSE, flags, call_id);
-        p.extend_from_slice(&((stub.len() - off) as u32).to_le_bytes());
+        let frag_len = RESPONSE_HEADER_LEN + part.len();
+        let mut p = Vec::with_capacity(frag_len);
+        p.extend_from_slice(&header(ptype::RESPONSE, flags, frag_len, call_id));
+        // alloc_hint: the stub bytes still to come, this fragment's included.
+        p.extend_from_slice(&(rest.len() as u32).to_le_bytes());
         p.extend_from_slice(&context_id.to_le_bytes());
         p.extend_from_slice(&[0, 0]);
-        p.extend_from_slice(&stub[off..end]);
-        out.push(finish(p));
-        off = end;
-        if off >= stub.len() {
+        p.extend_from_slice(part);
+        out.push(p);
+        rest = tail;
+        if rest.is_empty() {
             return out;
         }
     }
@@ -394,19 +401,19 @@ pub fn build_responses(call_id: u32, context_id: u16, stub: &[u8], max_frag: u16
 
 /// Builds a fault PDU.
 pub fn build_fault(call_id: u32, context_id: u16, status: u32) -> Vec<u8> {
-    let mut p = Vec::with_capacity(32);
-    write_header(
-        &mut p,
+    let mut p = Vec::with_capacity(FAULT_LEN);
+    p.extend_from_slice(&header(
         ptype::FAULT,
         pfc::FIRST_FRAG | pfc::LAST_FRAG,
+        FAULT_LEN,
         call_id,
-    );
+    ));
     p.extend_from_slice(&0u32.to_le_bytes());
     p.extend_from_slice(&context_id.to_le_bytes());
     p.extend_from_slice(&[0, 0]);
     p.extend_from_slice(&status.to_le_bytes());
     p.extend_from_slice(&0u32.to_le_bytes());
-    finish(p)
+    p
 }
 
 #[cfg(test)]
@@ -451,6 +458,52 @@ mod tests {
         }
         assert_eq!(joined, stub);
         assert_eq!(build_responses(1, 0, &[], MAX_FRAG).len(), 1);
+        let exact = build_responses(1, 0, &stub[..4280 - 24], MAX_FRAG);
+        assert_eq!(exact.len(), 1, "a stub that fills one fragment exactly");
+        assert_eq!(exact[0].len(), 4280);
+        assert_eq!(exact[0][3], pfc::FIRST_FRAG | pfc::LAST_FRAG);
+    }
+
+    /// Every builder's frag_length is the length of what it wrote.
+    #[test]
+    fn built_pdus_carry_their_own_length() {
+        let result = ContextResult {
+            result: result::ACCEPTANCE,
+            reason: 0,
+            transfer_syntax: NDR20,
+        };
+        let mut pdus = vec![
+            build_bind_nak(3, reject::NOT_SPECIFIED),
+            build_fault(4, 0, 5),
+        ];
+        for addr in ["", "\\PIPE\\srvsvc", "ab", "abc", "abcd"] {
+            for n in 0..3 {
+                pdus.push(build_bind_ack(
+                    ptype::BIND_ACK,
+                    5,
+                    MAX_FRAG,
+                    MAX_FRAG,
+                    0x1234,
+                    addr,
+                    &vec![result; n],
+                ));
+            }
+        }
+        pdus.extend(build_responses(6, 0, &[7; 5000], MIN_FRAG));
+        for p in pdus {
+            let h = parse_header(&p).unwrap();
+            assert_eq!(usize::from(h.frag_len), p.len());
+            assert_eq!(h.auth_len, 0);
+        }
+        let ack = build_bind_ack(ptype::BIND_ACK, 5, MAX_FRAG, MAX_FRAG, 1, "ab", &[result]);
+        assert_eq!(
+            &ack[24..30],
+            b"\x03\x00ab\x00\x00",
+            "sec_addr then pad to 4"
+        );
+        assert_eq!(&ack[30..36], &[0, 0, 1, 0, 0, 0], "pad, then one result");
+        assert_eq!(build_bind_nak(3, 0).len(), 22);
+        assert_eq!(build_fault(4, 0, 5).len(), 32);
     }
 
     #[test]

@@ -155,7 +155,7 @@ pub fn share_enum_response(req: &ShareEnumRequest, shares: &[ShareEntry]) -> Vec
         .resume_handle
         .map_or(0, |h| usize::try_from(h).unwrap_or(usize::MAX))
         .min(shares.len());
-    let page: Vec<&ShareEntry> = shares[start..].iter().take(MAX_ENUM_ENTRIES).collect();
+    let page: Vec<&ShareEntry> = shares.iter().skip(start).take(MAX_ENUM_ENTRIES).collect();
     w.ptr(true); // container
     w.u32(page.len() as u32);
     w.ptr(!page.is_empty());
