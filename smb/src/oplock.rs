@@ -228,7 +228,7 @@ pub fn scoped_lease_key(client_guid: &[u8; 16], key: &[u8; 16]) -> [u8; 16] {
     let mut h = sha2::Sha256::new();
     h.update(client_guid);
     h.update(key);
-    let d = h.finalize();
+    let d: [u8; 32] = h.finalize().into();
     let mut out = [0u8; 16];
     out.copy_from_slice(&d[..16]);
     out

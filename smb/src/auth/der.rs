@@ -62,29 +62,31 @@ pub fn read_tlv(input: &[u8]) -> Result<(Tlv<'_>, &[u8]), AuthError> {
         if n > 4 {
             return Err(AuthError::TooLarge("DER length field"));
         }
-        let bytes = rest
-            .get(..n)
+        let (bytes, rest) = rest
+            .split_at_checked(n)
             .ok_or(AuthError::Malformed("DER: truncated length"))?;
         let len = bytes
             .iter()
             .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
-        (len, &rest[n..])
+        (len, rest)
     };
     if len > MAX_DER_LEN {
         return Err(AuthError::TooLarge("DER value"));
     }
-    let value = rest
-        .get(..len)
+    let (value, after) = rest
+        .split_at_checked(len)
         .ok_or(AuthError::Malformed("DER: value runs past the end"))?;
-    let header_len = input.len() - rest.len();
-    let raw = &input[..header_len + len];
+    // `after` is a tail of `input`: the TLV is everything before it.
+    let (raw, _) = input
+        .split_at_checked(input.len() - after.len())
+        .ok_or(AuthError::Malformed("DER: value runs past the end"))?;
     Ok((
         Tlv {
             tag: tag_byte,
             value,
             raw,
         },
-        &rest[len..],
+        after,
     ))
 }
 
@@ -108,10 +110,11 @@ pub fn write_tlv(out: &mut Vec<u8>, tag: u8, value: &[u8]) {
     if len < 0x80 {
         out.push(len as u8);
     } else {
+        // The length's big-endian bytes without leading zeros (`len` is at least 0x80).
         let bytes = (len as u32).to_be_bytes();
-        let skip = bytes.iter().take_while(|&&b| b == 0).count();
-        out.push(0x80 | (4 - skip) as u8);
-        out.extend_from_slice(&bytes[skip..]);
+        let significant = bytes.iter().skip_while(|&&b| b == 0);
+        out.push(0x80 | significant.clone().count() as u8);
+        out.extend(significant);
     }
     out.extend_from_slice(value);
 }

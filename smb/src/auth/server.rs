@@ -194,7 +194,7 @@ pub fn verify_authenticate(
     let candidates = [a.domain.as_str(), upper.as_str(), ""];
     let mut found = None;
     for (i, dom) in candidates.iter().enumerate() {
-        if candidates[..i].contains(dom) {
+        if candidates.iter().take(i).any(|c| c == dom) {
             continue;
         }
         let key = ntowfv2(&nt_hash, &a.user, dom);

@@ -125,16 +125,16 @@ impl SessionSecurityKeys {
     /// Derives the keys from the ExportedSessionKey and the negotiated flags (which decide how
     /// much of the key the sealing keys use: 128, 56 or 40 bits).
     pub fn derive(exported_session_key: &[u8; 16], negotiated_flags: u32) -> Self {
-        let seal_len = if negotiated_flags & super::flags::N128 != 0 {
-            16
+        let seal_key: &[u8] = if negotiated_flags & super::flags::N128 != 0 {
+            exported_session_key
         } else if negotiated_flags & super::flags::N56 != 0 {
-            7
+            &exported_session_key[..7]
         } else {
-            5
+            &exported_session_key[..5]
         };
         let seal = |magic: &[u8]| {
             let mut h = Md5::new();
-            h.update(&exported_session_key[..seal_len]);
+            h.update(seal_key);
             h.update(magic);
             let mut out = [0u8; 16];
             out.copy_from_slice(&h.finalize());

@@ -6,6 +6,7 @@
 use super::crypto::utf16le;
 use super::flags;
 use crate::auth::AuthError;
+use crate::proto::wire::{le_u16_at, le_u16_units, le_u32_at};
 
 /// "NTLMSSP\0".
 pub const SIGNATURE: &[u8; 8] = b"NTLMSSP\0";
@@ -62,18 +63,15 @@ pub const AV_FLAG_MIC_PRESENT: u32 = 0x0000_0002;
 /// The version this server reports (Windows-style 6.1 build 7600, NTLMSSP revision 15).
 pub const SERVER_VERSION: [u8; 8] = [6, 1, 0xB0, 0x1D, 0, 0, 0, 0x0F];
 
+/// A field past the end of the message.
+const TRUNCATED_FIELD: AuthError = AuthError::Malformed("NTLMSSP: truncated field");
+
 fn u16_at(b: &[u8], off: usize) -> Result<u16, AuthError> {
-    let s = b
-        .get(off..off + 2)
-        .ok_or(AuthError::Malformed("NTLMSSP: truncated field"))?;
-    Ok(u16::from_le_bytes([s[0], s[1]]))
+    le_u16_at(b, off).ok_or(TRUNCATED_FIELD)
 }
 
 fn u32_at(b: &[u8], off: usize) -> Result<u32, AuthError> {
-    let s = b
-        .get(off..off + 4)
-        .ok_or(AuthError::Malformed("NTLMSSP: truncated field"))?;
-    Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    le_u32_at(b, off).ok_or(TRUNCATED_FIELD)
 }
 
 /// Reads the message type of an NTLMSSP message after checking its signature and size.
@@ -118,10 +116,7 @@ fn decode_name(bytes: &[u8], unicode: bool) -> Result<String, AuthError> {
         if bytes.len() / 2 > MAX_NAME_UNITS {
             return Err(AuthError::TooLarge("NTLMSSP name"));
         }
-        let units = bytes
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]));
-        char::decode_utf16(units)
+        char::decode_utf16(le_u16_units(bytes))
             .collect::<Result<String, _>>()
             .map_err(|_| AuthError::Malformed("NTLMSSP: invalid UTF-16"))
     } else {
@@ -310,16 +305,17 @@ pub fn parse_av_pairs(mut list: &[u8]) -> Result<Vec<(u16, &[u8])>, AuthError> {
         if out.len() >= MAX_AV_PAIRS {
             return Err(AuthError::TooLarge("AV pairs"));
         }
-        let id = u16_at(list, 0)?;
-        let len = usize::from(u16_at(list, 2)?);
+        let (&[i0, i1, l0, l1], rest) = list.split_first_chunk::<4>().ok_or(TRUNCATED_FIELD)?;
+        let id = u16::from_le_bytes([i0, i1]);
+        let len = usize::from(u16::from_le_bytes([l0, l1]));
         if id == av_id::EOL {
             return Ok(out);
         }
-        let value = list
-            .get(4..4 + len)
+        let (value, rest) = rest
+            .split_at_checked(len)
             .ok_or(AuthError::Malformed("AV pair runs past the end"))?;
         out.push((id, value));
-        list = &list[4 + len..];
+        list = rest;
     }
 }
 
@@ -338,31 +334,31 @@ pub struct Ntlmv2Response<'a> {
 
 /// Splits an NtChallengeResponse of NTLMv2 form and reads its AV pairs.
 pub fn parse_ntlmv2_response(nt: &[u8]) -> Result<Ntlmv2Response<'_>, AuthError> {
-    if nt.len() < NTLMV2_RESPONSE_MIN {
-        return Err(AuthError::Refused("NTLMv1 or malformed NT response"));
-    }
-    let mut nt_proof = [0u8; 16];
-    nt_proof.copy_from_slice(&nt[..16]);
-    let temp = &nt[16..];
-    if temp[0] != 1 || temp[1] != 1 {
+    // NTProofStr, then the blob: RespType, HiRespType, 6 reserved, TimeStamp (8),
+    // ChallengeFromClient (8), 4 reserved (28 bytes), then the AV pairs.
+    const SHORT: AuthError = AuthError::Refused("NTLMv1 or malformed NT response");
+    let (nt_proof, temp) = nt.split_first_chunk::<16>().ok_or(SHORT)?;
+    let (blob, pairs) = temp
+        .split_first_chunk::<{ NTLMV2_RESPONSE_MIN - 16 }>()
+        .ok_or(SHORT)?;
+    if blob[0] != 1 || blob[1] != 1 {
         return Err(AuthError::Malformed("NTLMv2 blob: bad response version"));
     }
-    let mut ts = [0u8; 8];
-    ts.copy_from_slice(&temp[8..16]);
-    let pairs = parse_av_pairs(&temp[28..])?;
+    let timestamp = u64::from_le_bytes([
+        blob[8], blob[9], blob[10], blob[11], blob[12], blob[13], blob[14], blob[15],
+    ]);
     let mut av_flags = 0;
-    for (id, v) in pairs {
+    for (id, v) in parse_av_pairs(pairs)? {
         if id == av_id::FLAGS {
-            if v.len() != 4 {
-                return Err(AuthError::Malformed("MsvAvFlags: bad length"));
-            }
-            av_flags = u32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+            let v = <[u8; 4]>::try_from(v)
+                .map_err(|_| AuthError::Malformed("MsvAvFlags: bad length"))?;
+            av_flags = u32::from_le_bytes(v);
         }
     }
     Ok(Ntlmv2Response {
-        nt_proof,
+        nt_proof: *nt_proof,
         temp,
-        timestamp: u64::from_le_bytes(ts),
+        timestamp,
         av_flags,
     })
 }
