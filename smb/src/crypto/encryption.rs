@@ -24,9 +24,11 @@ pub const TRANSFORM_FLAG_ENCRYPTED: u16 = 0x0001;
 /// Largest message we seal or open: OriginalMessageSize is 32 bits, and CCM with an 11-byte
 /// nonce has a 4-byte length field.
 pub const MAX_SEALED_MESSAGE: usize = u32::MAX as usize;
-const AAD_START: usize = 20;
-const SIG_RANGE: std::ops::Range<usize> = 4..20;
-const NONCE_RANGE: std::ops::Range<usize> = 20..36;
+// Field offsets. Headers are handled as `&[u8; TRANSFORM_HEADER_LEN]`, so the constant ranges
+// over them cannot panic (clippy's `out_of_bounds_indexing` checks them against the length).
+const SIG_OFFSET: usize = 4;
+const NONCE_OFFSET: usize = 20;
+const AAD_START: usize = NONCE_OFFSET;
 const SIZE_OFFSET: usize = 36;
 const FLAGS_OFFSET: usize = 42;
 const SESSION_ID_OFFSET: usize = 44;
@@ -99,35 +101,41 @@ impl CipherKey {
         session_id: u64,
         message: &mut [u8],
     ) -> Result<(), CryptoError> {
-        if header.len() != TRANSFORM_HEADER_LEN {
-            return Err(CryptoError::TooShort {
+        let len = header.len();
+        let header = <&mut [u8; TRANSFORM_HEADER_LEN]>::try_from(header).map_err(|_| {
+            CryptoError::TooShort {
                 what: "transform header buffer",
-                len: header.len(),
+                len,
                 min: TRANSFORM_HEADER_LEN,
-            });
-        }
+            }
+        })?;
+        self.seal_header(header, nonce, session_id, message)
+    }
+
+    /// [`CipherKey::seal`] with the header buffer's length in its type.
+    fn seal_header(
+        &self,
+        header: &mut [u8; TRANSFORM_HEADER_LEN],
+        nonce: &[u8; 16],
+        session_id: u64,
+        message: &mut [u8],
+    ) -> Result<(), CryptoError> {
         let size =
             u32::try_from(message.len()).map_err(|_| CryptoError::TooLarge(message.len()))?;
-        let nlen = self.cipher.nonce_len();
-        header[..4].copy_from_slice(&TRANSFORM_PROTOCOL_ID);
-        header[SIG_RANGE].fill(0);
-        header[NONCE_RANGE].fill(0);
-        header[NONCE_RANGE.start..NONCE_RANGE.start + nlen].copy_from_slice(&nonce[..nlen]);
+        header[..SIG_OFFSET].copy_from_slice(&TRANSFORM_PROTOCOL_ID);
+        header[SIG_OFFSET..NONCE_OFFSET].fill(0);
+        header[NONCE_OFFSET..SIZE_OFFSET].copy_from_slice(&nonce_field(self.cipher, nonce));
         header[SIZE_OFFSET..SIZE_OFFSET + 4].copy_from_slice(&size.to_le_bytes());
         header[SIZE_OFFSET + 4..FLAGS_OFFSET].fill(0);
-        header[FLAGS_OFFSET..FLAGS_OFFSET + 2]
+        header[FLAGS_OFFSET..SESSION_ID_OFFSET]
             .copy_from_slice(&TRANSFORM_FLAG_ENCRYPTED.to_le_bytes());
-        header[SESSION_ID_OFFSET..TRANSFORM_HEADER_LEN].copy_from_slice(&session_id.to_le_bytes());
-        let (front, aad) = header.split_at_mut(AAD_START);
-        let aad: &[u8] = aad;
-        let nonce_bytes = &aad[..nlen];
+        header[SESSION_ID_OFFSET..].copy_from_slice(&session_id.to_le_bytes());
+        let aad: &[u8] = &header[AAD_START..];
         let tag: [u8; 16] = match &self.inner {
             Inner::Gcm(k) => {
-                let mut n = [0u8; 12];
-                n.copy_from_slice(nonce_bytes);
                 let t = k
                     .seal_in_place_separate_tag(
-                        aead::Nonce::assume_unique_for_key(n),
+                        aead::Nonce::assume_unique_for_key(gcm_nonce(header)),
                         aead::Aad::from(aad),
                         message,
                     )
@@ -137,31 +145,39 @@ impl CipherKey {
                 out
             }
             Inner::Ccm128(c) => c
-                .encrypt_in_place_detached(nonce_bytes.into(), aad, message)
+                .encrypt_in_place_detached(ccm_nonce(header).into(), aad, message)
                 .map_err(|_| CryptoError::TooLarge(message.len()))?
                 .into(),
             Inner::Ccm256(c) => c
-                .encrypt_in_place_detached(nonce_bytes.into(), aad, message)
+                .encrypt_in_place_detached(ccm_nonce(header).into(), aad, message)
                 .map_err(|_| CryptoError::TooLarge(message.len()))?
                 .into(),
         };
-        front[SIG_RANGE].copy_from_slice(&tag);
+        header[SIG_OFFSET..NONCE_OFFSET].copy_from_slice(&tag);
         Ok(())
     }
 
     /// Authenticates and decrypts `message` in place, given the transform header that
     /// preceded it. On error `message` holds unspecified bytes and must be discarded.
     pub fn open(&self, header: &[u8], message: &mut [u8]) -> Result<(), CryptoError> {
-        if header.len() < TRANSFORM_HEADER_LEN {
-            return Err(CryptoError::TooShort {
+        let header = header
+            .first_chunk::<TRANSFORM_HEADER_LEN>()
+            .ok_or(CryptoError::TooShort {
                 what: "transform header",
                 len: header.len(),
                 min: TRANSFORM_HEADER_LEN,
-            });
-        }
-        let header = &header[..TRANSFORM_HEADER_LEN];
+            })?;
+        self.open_header(header, message)
+    }
+
+    /// [`CipherKey::open`] with the header's length in its type.
+    fn open_header(
+        &self,
+        header: &[u8; TRANSFORM_HEADER_LEN],
+        message: &mut [u8],
+    ) -> Result<(), CryptoError> {
         let mut pid = [0u8; 4];
-        pid.copy_from_slice(&header[..4]);
+        pid.copy_from_slice(&header[..SIG_OFFSET]);
         if pid != TRANSFORM_PROTOCOL_ID {
             return Err(CryptoError::NotTransform(pid));
         }
@@ -175,28 +191,24 @@ impl CipherKey {
             });
         }
         let mut tag = [0u8; 16];
-        tag.copy_from_slice(&header[SIG_RANGE]);
+        tag.copy_from_slice(&header[SIG_OFFSET..NONCE_OFFSET]);
         let aad = &header[AAD_START..];
-        let nonce_bytes = &aad[..self.cipher.nonce_len()];
         match &self.inner {
-            Inner::Gcm(k) => {
-                let mut n = [0u8; 12];
-                n.copy_from_slice(nonce_bytes);
-                k.open_in_place_separate_tag(
-                    aead::Nonce::assume_unique_for_key(n),
+            Inner::Gcm(k) => k
+                .open_in_place_separate_tag(
+                    aead::Nonce::assume_unique_for_key(gcm_nonce(header)),
                     aead::Aad::from(aad),
                     aead::Tag::from(tag),
                     message,
                     0..,
                 )
                 .map(|_| ())
-                .map_err(|_| CryptoError::BadTag)
-            }
+                .map_err(|_| CryptoError::BadTag),
             Inner::Ccm128(c) => c
-                .decrypt_in_place_detached(nonce_bytes.into(), aad, message, (&tag).into())
+                .decrypt_in_place_detached(ccm_nonce(header).into(), aad, message, (&tag).into())
                 .map_err(|_| CryptoError::BadTag),
             Inner::Ccm256(c) => c
-                .decrypt_in_place_detached(nonce_bytes.into(), aad, message, (&tag).into())
+                .decrypt_in_place_detached(ccm_nonce(header).into(), aad, message, (&tag).into())
                 .map_err(|_| CryptoError::BadTag),
         }
     }
@@ -212,31 +224,53 @@ impl CipherKey {
         nonce: &[u8; 16],
         session_id: u64,
     ) -> Result<(), CryptoError> {
-        if frame.len() < TRANSFORM_HEADER_LEN {
-            return Err(CryptoError::TooShort {
+        let len = frame.len();
+        let (h, m) = frame
+            .split_first_chunk_mut::<TRANSFORM_HEADER_LEN>()
+            .ok_or(CryptoError::TooShort {
                 what: "sealed frame",
-                len: frame.len(),
+                len,
                 min: TRANSFORM_HEADER_LEN,
-            });
-        }
-        let (h, m) = frame.split_at_mut(TRANSFORM_HEADER_LEN);
-        self.seal(h, nonce, session_id, m)
+            })?;
+        self.seal_header(h, nonce, session_id, m)
     }
 
     /// [`CipherKey::open`] over one received frame (transform header + ciphertext); returns
     /// the decrypted message, in place.
     pub fn open_frame<'a>(&self, frame: &'a mut [u8]) -> Result<&'a mut [u8], CryptoError> {
-        if frame.len() < TRANSFORM_HEADER_LEN {
-            return Err(CryptoError::TooShort {
+        let len = frame.len();
+        let (h, m) = frame
+            .split_first_chunk_mut::<TRANSFORM_HEADER_LEN>()
+            .ok_or(CryptoError::TooShort {
                 what: "sealed frame",
-                len: frame.len(),
+                len,
                 min: TRANSFORM_HEADER_LEN,
-            });
-        }
-        let (h, m) = frame.split_at_mut(TRANSFORM_HEADER_LEN);
-        self.open(h, m)?;
+            })?;
+        self.open_header(h, m)?;
         Ok(m)
     }
+}
+
+/// The transform header's 16-byte Nonce field for `nonce` under `cipher`: its first
+/// [`Cipher::nonce_len`] bytes, then zeros (MS-SMB2 2.2.41).
+fn nonce_field(cipher: Cipher, nonce: &[u8; 16]) -> [u8; 16] {
+    let mut field = [0u8; 16];
+    for (f, n) in field.iter_mut().zip(nonce).take(cipher.nonce_len()) {
+        *f = *n;
+    }
+    field
+}
+
+/// The 12-byte AES-GCM nonce: the first bytes of the header's Nonce field.
+fn gcm_nonce(header: &[u8; TRANSFORM_HEADER_LEN]) -> [u8; 12] {
+    let mut n = [0u8; 12];
+    n.copy_from_slice(&header[NONCE_OFFSET..NONCE_OFFSET + 12]);
+    n
+}
+
+/// The 11-byte AES-CCM nonce: the first bytes of the header's Nonce field.
+fn ccm_nonce(header: &[u8; TRANSFORM_HEADER_LEN]) -> &[u8] {
+    &header[NONCE_OFFSET..NONCE_OFFSET + 11]
 }
 
 /// Generates transform-header nonces that never repeat for one key: a 64-bit counter followed
@@ -263,7 +297,9 @@ impl NonceSequence {
         let mut n = [0u8; 16];
         n[..8].copy_from_slice(&self.next.to_le_bytes());
         let salt_len = cipher.nonce_len() - 8;
-        n[8..8 + salt_len].copy_from_slice(&self.salt[..salt_len]);
+        for (d, s) in n[8..12].iter_mut().zip(&self.salt).take(salt_len) {
+            *d = *s;
+        }
         self.next += 1;
         Some(n)
     }
@@ -272,8 +308,8 @@ impl NonceSequence {
 /// Reads the SessionId of a transform header so the server can pick the session's key before
 /// decrypting; `None` if `header` is not a transform header.
 pub fn transform_session_id(header: &[u8]) -> Option<u64> {
-    let h = header.get(..TRANSFORM_HEADER_LEN)?;
-    if h[..4] != TRANSFORM_PROTOCOL_ID {
+    let h = header.first_chunk::<TRANSFORM_HEADER_LEN>()?;
+    if h[..SIG_OFFSET] != TRANSFORM_PROTOCOL_ID {
         return None;
     }
     let mut id = [0u8; 8];

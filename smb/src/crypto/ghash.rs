@@ -43,10 +43,11 @@ impl Ghash {
                 reverse_into(slot, chunk);
                 n += 1;
             }
-            if n == 0 {
+            // `n` counts the slots the zip above filled, so `get` always finds them.
+            let Some(filled) = batch.get(..n).filter(|f| !f.is_empty()) else {
                 break;
-            }
-            self.polyval.update(&batch[..n]);
+            };
+            self.polyval.update(filled);
             if n < BATCH_BLOCKS {
                 break;
             }
@@ -54,7 +55,9 @@ impl Ghash {
         let rest = chunks.remainder();
         if !rest.is_empty() {
             let mut last = [0u8; 16];
-            last[..rest.len()].copy_from_slice(rest);
+            for (l, r) in last.iter_mut().zip(rest) {
+                *l = *r;
+            }
             reverse_into(&mut batch[0], &last);
             self.polyval.update(&batch[..1]);
         }

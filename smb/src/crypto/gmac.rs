@@ -26,8 +26,6 @@ use polyval::hazmat::FieldElement;
 use super::ghash::Ghash;
 use super::signing::{SIGNATURE_LEN, SIGNATURE_OFFSET, SMB2_HEADER_LEN};
 
-/// Where the Signature field lies in the SMB2 header.
-const SIGNATURE: std::ops::Range<usize> = SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN;
 /// The Signature field is the fourth 16-byte block of the message.
 const SIGNATURE_BLOCK_INDEX: u64 = 3;
 /// Messages from this length on use the bulk engine. Below it, graviola's fixed cost per call
@@ -74,8 +72,10 @@ impl GmacKey {
     /// The tag of `msg` (at least the 64-byte header; the caller checks) as if its Signature
     /// field were zero, under the 12-byte `nonce`.
     pub fn tag(&self, msg: &[u8], nonce: &[u8; 12]) -> [u8; 16] {
-        match &self.bulk {
-            Some(bulk) if msg.len() >= BULK_MIN_LEN => self.tag_bulk(bulk, msg, nonce),
+        match (&self.bulk, msg.first_chunk::<SMB2_HEADER_LEN>()) {
+            (Some(bulk), Some(header)) if msg.len() >= BULK_MIN_LEN => {
+                self.tag_bulk(bulk, msg, header, nonce)
+            }
             _ => self.tag_small(msg, nonce),
         }
     }
@@ -88,17 +88,20 @@ impl GmacKey {
         if tail.is_empty() {
             return self.tag(head, nonce);
         }
-        if head.len() < SMB2_HEADER_LEN || !head.len().is_multiple_of(16) {
-            let mut joined = Vec::with_capacity(head.len() + tail.len());
-            joined.extend_from_slice(head);
-            joined.extend_from_slice(tail);
-            return self.tag(&joined, nonce);
-        }
+        let (header, head_rest) = match head.split_first_chunk::<SMB2_HEADER_LEN>() {
+            Some(parts) if head.len().is_multiple_of(16) => parts,
+            _ => {
+                let mut joined = Vec::with_capacity(head.len() + tail.len());
+                joined.extend_from_slice(head);
+                joined.extend_from_slice(tail);
+                return self.tag(&joined, nonce);
+            }
+        };
         let total = (head.len() + tail.len()) as u64;
         // The head, whole blocks, with the Signature field zeroed.
         let mut gh = self.ghash.clone();
-        gh.update_padded(&zeroed_header(head));
-        gh.update_padded(&head[SMB2_HEADER_LEN..]);
+        gh.update_padded(&zeroed_header(header));
+        gh.update_padded(head_rest);
         match &self.bulk {
             Some(bulk) if tail.len() >= BULK_MIN_LEN => {
                 // GHASH is linear. The bulk engine hashes `tail` as a message of its own:
@@ -125,11 +128,23 @@ impl GmacKey {
 
     /// GHASH over a zeroed copy of the header, then the body; the tag is that XOR E_K(J0).
     fn tag_small(&self, msg: &[u8], nonce: &[u8; 12]) -> [u8; 16] {
-        let split = SMB2_HEADER_LEN.min(msg.len());
-        let header = zeroed_header(msg);
         let mut gh = self.ghash.clone();
-        gh.update_padded(&header[..split]);
-        gh.update_padded(&msg[split..]);
+        match msg.split_first_chunk::<SMB2_HEADER_LEN>() {
+            Some((header, body)) => {
+                gh.update_padded(&zeroed_header(header));
+                gh.update_padded(body);
+            }
+            None => {
+                // Shorter than a header (callers check; this keeps the function total): the
+                // message with its part of the Signature field zeroed. The copy is zero past
+                // the message's end, so its first ceil(len / 16) blocks are the message
+                // zero-padded to whole blocks, as one `update_padded` call would hash it.
+                let copy = zeroed_partial_header(msg);
+                for block in copy.chunks_exact(16).take(msg.len().div_ceil(16)) {
+                    gh.update_padded(block);
+                }
+            }
+        }
         // Exactly one block: no padding added.
         gh.update_padded(&length_block(msg.len() as u64));
         self.finish(gh.finalize(), nonce)
@@ -137,19 +152,26 @@ impl GmacKey {
 
     /// The tag from the GHASH value `s`: `s` XOR E_K(J0), J0 being the nonce and counter 1.
     fn finish(&self, s: [u8; 16], nonce: &[u8; 12]) -> [u8; 16] {
-        let mut j0 = aes::Block::default();
-        j0[..12].copy_from_slice(nonce);
-        j0[15] = 1;
+        let mut counter = [0u8; 16];
+        counter[..12].copy_from_slice(nonce);
+        counter[15] = 1;
+        let mut j0 = aes::Block::from(counter);
         self.aes.encrypt_block(&mut j0);
         xor(&s, &j0.into())
     }
 
     /// The bulk engine's tag over `msg` as it lies, with the Signature field's contribution
-    /// taken back out.
-    fn tag_bulk(&self, bulk: &BulkGmac, msg: &[u8], nonce: &[u8; 12]) -> [u8; 16] {
+    /// taken back out. `header` is `msg`'s first [`SMB2_HEADER_LEN`] bytes.
+    fn tag_bulk(
+        &self,
+        bulk: &BulkGmac,
+        msg: &[u8],
+        header: &[u8; SMB2_HEADER_LEN],
+        nonce: &[u8; 12],
+    ) -> [u8; 16] {
         let mut tag = bulk.tag(msg, nonce);
         let mut field = [0u8; 16];
-        field.copy_from_slice(&msg[SIGNATURE]);
+        field.copy_from_slice(&header[SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN]);
         if field != [0u8; 16] {
             // N = padded blocks + the length block; block i (0-based) weighs H^(N - i).
             let blocks = (msg.len() as u64).div_ceil(16) + 1;
@@ -170,14 +192,21 @@ fn length_block(len: u64) -> [u8; 16] {
     block
 }
 
-/// The first [`SMB2_HEADER_LEN`] bytes of `msg` (zero past its end when shorter) with the
-/// Signature field zeroed.
-fn zeroed_header(msg: &[u8]) -> [u8; SMB2_HEADER_LEN] {
-    let mut header = [0u8; SMB2_HEADER_LEN];
-    let n = msg.len().min(SMB2_HEADER_LEN);
-    header[..n].copy_from_slice(&msg[..n]);
-    header[SIGNATURE].fill(0);
-    header
+/// A copy of `header` with the Signature field zeroed.
+fn zeroed_header(header: &[u8; SMB2_HEADER_LEN]) -> [u8; SMB2_HEADER_LEN] {
+    let mut copy = *header;
+    copy[SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN].fill(0);
+    copy
+}
+
+/// [`zeroed_header`] of a message shorter than a header: its bytes, zero past its end.
+fn zeroed_partial_header(msg: &[u8]) -> [u8; SMB2_HEADER_LEN] {
+    let mut copy = [0u8; SMB2_HEADER_LEN];
+    for (c, m) in copy.iter_mut().zip(msg) {
+        *c = *m;
+    }
+    copy[SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN].fill(0);
+    copy
 }
 
 /// Bytewise XOR of two blocks.
@@ -271,6 +300,9 @@ mod tests {
     use aes_gcm::aead::AeadInPlace;
     use aes_gcm::Aes128Gcm;
 
+    /// Where the Signature field lies in the SMB2 header.
+    const SIGNATURE: std::ops::Range<usize> = SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN;
+
     /// The reference: AES-GCM (RustCrypto) over a zeroed copy, as additional data.
     fn reference_tag(key: &[u8; 16], msg: &[u8], nonce: &[u8; 12]) -> [u8; 16] {
         let mut zeroed = msg.to_vec();
@@ -336,6 +368,32 @@ mod tests {
                 let want = reference_tag(&key, &msg, &nonce);
                 assert_eq!(small.tag(&msg, &nonce), want, "small engine, len {len}");
                 assert_eq!(bulk.tag(&msg, &nonce), want, "bulk engine, len {len}");
+            }
+        }
+    }
+
+    /// A message shorter than a header (callers refuse one; the tag stays defined) gets
+    /// AES-GCM's tag of the message with its part of the Signature field zeroed.
+    #[test]
+    fn a_message_shorter_than_a_header_has_the_tag_of_its_zeroed_copy() {
+        let key = [0x77u8; 16];
+        let nonce = [5u8; 12];
+        let gcm = Aes128Gcm::new_from_slice(&key).unwrap();
+        for len in [0, 1, 15, 16, 17, 47, 48, 49, 63] {
+            let msg = message(len, len as u32);
+            let mut zeroed = msg.clone();
+            for b in zeroed.iter_mut().skip(SIGNATURE_OFFSET) {
+                *b = 0;
+            }
+            let want: [u8; 16] = gcm
+                .encrypt_in_place_detached((&nonce).into(), &zeroed, &mut Vec::new())
+                .unwrap()
+                .into();
+            for k in [
+                GmacKey::with_bulk(&key, false),
+                GmacKey::with_bulk(&key, true),
+            ] {
+                assert_eq!(k.tag(&msg, &nonce), want, "len {len}");
             }
         }
     }

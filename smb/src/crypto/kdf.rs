@@ -6,6 +6,7 @@ use ring::hmac;
 /// Largest output this KDF will produce (bytes). SMB needs at most 32; the bound keeps the
 /// counter and L fields far from overflow.
 pub const MAX_KDF_OUTPUT: usize = 64;
+const _: () = assert!(MAX_KDF_OUTPUT.is_multiple_of(32));
 
 /// Derives `out.len()` bytes from `key` with the given label and context.
 ///
@@ -18,7 +19,9 @@ pub fn kdf_counter_hmac_sha256(key: &[u8], label: &[u8], context: &[u8], out: &m
     let out_len = out.len().min(MAX_KDF_OUTPUT);
     let l_bits = u32::try_from(out_len * 8).unwrap_or(u32::MAX);
     let k = hmac::Key::new(hmac::HMAC_SHA256, key);
-    for (i, chunk) in out[..out_len].chunks_mut(32).enumerate() {
+    // The first `out_len` bytes: MAX_KDF_OUTPUT is a whole number of 32-byte blocks, so
+    // that many chunks end exactly there.
+    for (i, chunk) in out.chunks_mut(32).take(MAX_KDF_OUTPUT / 32).enumerate() {
         let counter = u32::try_from(i + 1).unwrap_or(u32::MAX);
         let mut ctx = hmac::Context::with_key(&k);
         ctx.update(&counter.to_be_bytes());
@@ -27,8 +30,10 @@ pub fn kdf_counter_hmac_sha256(key: &[u8], label: &[u8], context: &[u8], out: &m
         ctx.update(context);
         ctx.update(&l_bits.to_be_bytes());
         let tag = ctx.sign();
-        let t = tag.as_ref();
-        chunk.copy_from_slice(&t[..chunk.len()]);
+        // K(i) has 32 bytes; a last, shorter chunk takes its first ones.
+        for (o, t) in chunk.iter_mut().zip(tag.as_ref()) {
+            *o = *t;
+        }
     }
 }
 

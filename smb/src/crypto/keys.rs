@@ -51,7 +51,9 @@ pub struct SessionKeys {
     application: [u8; SIGNING_KEY_LEN],
     encryption: [u8; MAX_CIPHER_KEY_LEN],
     decryption: [u8; MAX_CIPHER_KEY_LEN],
-    cipher_key_len: usize,
+    /// The cipher keys are AES-256 keys (all of `encryption` and `decryption`), not AES-128
+    /// ones (their first 16 bytes).
+    wide_cipher_keys: bool,
     has_cipher_keys: bool,
 }
 
@@ -59,7 +61,7 @@ impl std::fmt::Debug for SessionKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print key material.
         f.debug_struct("SessionKeys")
-            .field("cipher_key_len", &self.cipher_key_len)
+            .field("cipher_key_len", &self.cipher_key_len())
             .field("has_cipher_keys", &self.has_cipher_keys)
             .finish_non_exhaustive()
     }
@@ -78,14 +80,15 @@ impl SessionKeys {
             application: [0; SIGNING_KEY_LEN],
             encryption: [0; MAX_CIPHER_KEY_LEN],
             decryption: [0; MAX_CIPHER_KEY_LEN],
-            cipher_key_len: 16,
+            wide_cipher_keys: false,
             has_cipher_keys: false,
         };
         // MS-SMB2 3.3.5.5.3: Session.SessionKey is the first 16 bytes of the cryptographic key,
         // right-padded with zeros if shorter; it is the KDF input for 128-bit keys.
         let mut short = [0u8; 16];
-        let n = session_key.len().min(16);
-        short[..n].copy_from_slice(&session_key[..n]);
+        for (s, k) in short.iter_mut().zip(session_key) {
+            *s = *k;
+        }
         match dialect {
             KeyDialect::Smb2 => {
                 keys.signing = short;
@@ -112,12 +115,14 @@ impl SessionKeys {
                 let ctx = &preauth_hash[..];
                 kdf_counter_hmac_sha256(&short, b"SMBSigningKey\0", ctx, &mut keys.signing);
                 kdf_counter_hmac_sha256(&short, b"SMBAppKey\0", ctx, &mut keys.application);
-                let len = cipher.map(Cipher::key_len).unwrap_or(16);
+                let wide = cipher.is_some_and(|c| c.key_len() == MAX_CIPHER_KEY_LEN);
                 // For 256-bit keys MS-SMB2 uses the full session key as Ki.
-                let ki: &[u8] = if len == 32 { session_key } else { &short };
-                kdf_counter_hmac_sha256(ki, b"SMBS2CCipherKey\0", ctx, &mut keys.encryption[..len]);
-                kdf_counter_hmac_sha256(ki, b"SMBC2SCipherKey\0", ctx, &mut keys.decryption[..len]);
-                keys.cipher_key_len = len;
+                let ki: &[u8] = if wide { session_key } else { &short };
+                let enc = cipher_key_mut(&mut keys.encryption, wide);
+                kdf_counter_hmac_sha256(ki, b"SMBS2CCipherKey\0", ctx, enc);
+                let dec = cipher_key_mut(&mut keys.decryption, wide);
+                kdf_counter_hmac_sha256(ki, b"SMBC2SCipherKey\0", ctx, dec);
+                keys.wide_cipher_keys = wide;
                 keys.has_cipher_keys = true;
             }
         }
@@ -137,13 +142,36 @@ impl SessionKeys {
     /// Key the server seals its responses with (server-to-client); `None` for 2.x.
     pub fn encryption(&self) -> Option<&[u8]> {
         self.has_cipher_keys
-            .then(|| &self.encryption[..self.cipher_key_len])
+            .then(|| cipher_key(&self.encryption, self.wide_cipher_keys))
     }
 
     /// Key the server opens client requests with (client-to-server); `None` for 2.x.
     pub fn decryption(&self) -> Option<&[u8]> {
         self.has_cipher_keys
-            .then(|| &self.decryption[..self.cipher_key_len])
+            .then(|| cipher_key(&self.decryption, self.wide_cipher_keys))
+    }
+
+    /// Length of the cipher keys (16 or 32 bytes).
+    fn cipher_key_len(&self) -> usize {
+        cipher_key(&self.encryption, self.wide_cipher_keys).len()
+    }
+}
+
+/// A cipher key in its buffer: all of it for AES-256 (`wide`), the first 16 bytes for AES-128.
+fn cipher_key(buf: &[u8; MAX_CIPHER_KEY_LEN], wide: bool) -> &[u8] {
+    if wide {
+        buf
+    } else {
+        &buf[..16]
+    }
+}
+
+/// [`cipher_key`], to derive the key into.
+fn cipher_key_mut(buf: &mut [u8; MAX_CIPHER_KEY_LEN], wide: bool) -> &mut [u8] {
+    if wide {
+        buf
+    } else {
+        &mut buf[..16]
     }
 }
 

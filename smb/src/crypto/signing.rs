@@ -19,6 +19,8 @@ pub const SIGNATURE_LEN: usize = 16;
 pub const SMB2_HEADER_LEN: usize = 64;
 /// Offset of the Signature field in the SMB2 header.
 pub const SIGNATURE_OFFSET: usize = 48;
+// The Signature field ends the header (`signature_field` relies on it).
+const _: () = assert!(SIGNATURE_OFFSET + SIGNATURE_LEN == SMB2_HEADER_LEN);
 const COMMAND_OFFSET: usize = 12;
 const FLAGS_OFFSET: usize = 16;
 const MESSAGE_ID_OFFSET: usize = 24;
@@ -94,17 +96,11 @@ impl SigningKey {
         head: &[u8],
         tail: &[u8],
     ) -> Result<[u8; SIGNATURE_LEN], CryptoError> {
-        if head.len() < SMB2_HEADER_LEN {
-            return Err(CryptoError::TooShort {
-                what: "signed SMB2 message",
-                len: head.len(),
-                min: SMB2_HEADER_LEN,
-            });
-        }
-        let mut header = [0u8; SMB2_HEADER_LEN];
-        header.copy_from_slice(&head[..SMB2_HEADER_LEN]);
+        let (header, body) = head
+            .split_first_chunk::<SMB2_HEADER_LEN>()
+            .ok_or_else(|| too_short(head.len()))?;
+        let mut header = *header;
         header[SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN].fill(0);
-        let body = &head[SMB2_HEADER_LEN..];
         let mut out = [0u8; SIGNATURE_LEN];
         match &self.inner {
             Inner::Hmac(k) => {
@@ -112,8 +108,11 @@ impl SigningKey {
                 ctx.update(&header);
                 ctx.update(body);
                 ctx.update(tail);
+                // HMAC-SHA256 truncated to the signature's 16 bytes (its tag has 32).
                 let tag = ctx.sign();
-                out.copy_from_slice(&tag.as_ref()[..SIGNATURE_LEN]);
+                for (o, t) in out.iter_mut().zip(tag.as_ref()) {
+                    *o = *t;
+                }
             }
             Inner::Cmac(proto) => {
                 let mut mac = (**proto).clone();
@@ -138,18 +137,19 @@ impl SigningKey {
     pub fn sign_parts(&self, head: &mut [u8], tail: &[u8]) -> Result<(), CryptoError> {
         // The field is covered as zero; zeroing it first spares AES-GMAC's bulk engine the
         // correction it makes for a non-zero field.
-        if let Some(field) = head.get_mut(SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN) {
-            field.fill(0);
-        }
+        signature_field(head)?.fill(0);
         let sig = self.compute_parts(head, tail)?;
-        head[SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN].copy_from_slice(&sig);
+        signature_field(head)?.copy_from_slice(&sig);
         Ok(())
     }
 
     /// Verifies the signature in `msg`'s header, in constant time.
     pub fn verify(&self, msg: &[u8]) -> Result<(), CryptoError> {
+        let header = msg
+            .first_chunk::<SMB2_HEADER_LEN>()
+            .ok_or_else(|| too_short(msg.len()))?;
         let sig = self.compute(msg)?;
-        let got = &msg[SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN];
+        let got = &header[SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN];
         let diff = sig.iter().zip(got).fold(0u8, |acc, (a, b)| acc | (a ^ b));
         if diff == 0 {
             Ok(())
@@ -157,6 +157,23 @@ impl SigningKey {
             Err(CryptoError::BadSignature)
         }
     }
+}
+
+/// The error for a message shorter than the SMB2 header a signature lives in.
+fn too_short(len: usize) -> CryptoError {
+    CryptoError::TooShort {
+        what: "signed SMB2 message",
+        len,
+        min: SMB2_HEADER_LEN,
+    }
+}
+
+/// The Signature field of the SMB2 header at the start of `msg` (it ends the header, so it
+/// is there exactly when the header is).
+fn signature_field(msg: &mut [u8]) -> Result<&mut [u8], CryptoError> {
+    let len = msg.len();
+    msg.get_mut(SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN)
+        .ok_or_else(|| too_short(len))
 }
 
 /// The 12-byte AES-GMAC nonce of MS-SMB2 3.1.4.1: MessageId, then a 32-bit little-endian word
