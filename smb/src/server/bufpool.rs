@@ -318,14 +318,9 @@ impl BufPool {
             free.push(buf);
             return;
         }
-        let shortest = free
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, b)| b.len())
-            .map(|(i, b)| (i, b.len()));
-        if let Some((i, n)) = shortest {
-            if n < buf.len() {
-                free[i] = buf;
+        if let Some(shortest) = free.iter_mut().min_by_key(|b| b.len()) {
+            if shortest.len() < buf.len() {
+                *shortest = buf;
             }
         }
     }

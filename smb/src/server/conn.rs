@@ -13,7 +13,9 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::crypto::PreauthHash;
-use crate::proto::header::{FLAG_ASYNC_COMMAND, FLAG_SERVER_TO_REDIR, FLAG_SIGNED};
+use crate::proto::header::{
+    FLAG_ASYNC_COMMAND, FLAG_SERVER_TO_REDIR, FLAG_SIGNED, SIGNATURE_OFFSET,
+};
 use crate::proto::request::{request_file_id, split_compound};
 use crate::proto::transform::{is_transform, TransformHeader, TRANSFORM_LEN};
 use crate::proto::{smb1, status, Command, FileId, Header, HEADER_LEN};
@@ -54,6 +56,33 @@ pub enum ConnError {
 /// A protocol violation: the connection ends (see [`ConnError::Protocol`]).
 pub(super) fn violation(what: impl Into<String>) -> ConnError {
     ConnError::Protocol(what.into())
+}
+
+/// Offset of Flags in the SMB2 header.
+const FLAGS_OFFSET: usize = 16;
+/// Offset of NextCommand in the SMB2 header.
+const NEXT_COMMAND_OFFSET: usize = 20;
+
+/// The SMB2 header at the start of a response this server encoded. Every response starts
+/// with one; a shorter one would end the connection rather than panic.
+fn response_header(msg: &mut [u8]) -> Result<&mut [u8; HEADER_LEN], ConnError> {
+    msg.first_chunk_mut::<HEADER_LEN>()
+        .ok_or_else(|| violation("response shorter than an SMB2 header"))
+}
+
+/// Sets SMB2_FLAGS_SIGNED in an encoded header.
+fn mark_signed(header: &mut [u8; HEADER_LEN]) {
+    let mut flags = [0u8; 4];
+    flags.copy_from_slice(&header[FLAGS_OFFSET..FLAGS_OFFSET + 4]);
+    let flags = u32::from_le_bytes(flags) | FLAG_SIGNED;
+    header[FLAGS_OFFSET..FLAGS_OFFSET + 4].copy_from_slice(&flags.to_le_bytes());
+}
+
+/// A response buffer without room for the headers put in front of its body: never happens
+/// (the body is moved behind enough headroom first), but would end the connection rather
+/// than panic.
+fn no_headroom() -> ConnError {
+    violation("response buffer has no room for its headers")
 }
 
 /// Runs one connection to completion.
@@ -369,23 +398,30 @@ impl DeferredJob {
                 tail: body.tail,
             }
         };
+        if self.seal.is_none() && self.signing_key.is_some() {
+            // The flag is covered by the signature: set before the header is encoded.
+            header.flags |= FLAG_SIGNED;
+        }
         let mut h = Vec::with_capacity(HEADER_LEN);
         header.encode(&mut h);
         let at = out.start - HEADER_LEN;
-        out.buf[at..out.start].copy_from_slice(&h);
+        out.buf
+            .get_mut(at..out.start)
+            .ok_or_else(no_headroom)?
+            .copy_from_slice(&h);
         out.start = at;
         if let Some((key, nonce, sid)) = self.seal {
             // Sealing encrypts in place: a shared tail becomes this message's own copy.
             out.flatten();
             out.start -= TRANSFORM_LEN;
             let (s, e) = (out.start, out.end);
-            key.seal_frame(&mut out.buf[s..e], &nonce, sid)
+            let frame = out.buf.get_mut(s..e).ok_or_else(no_headroom)?;
+            key.seal_frame(frame, &nonce, sid)
                 .map_err(|e| violation(e.to_string()))?;
         } else if let Some(key) = self.signing_key {
             let tail = out.tail.clone();
-            let m = &mut out.buf[out.start..out.end];
-            let flags = u32::from_le_bytes([m[16], m[17], m[18], m[19]]) | FLAG_SIGNED;
-            m[16..20].copy_from_slice(&flags.to_le_bytes());
+            let (s, e) = (out.start, out.end);
+            let m = out.buf.get_mut(s..e).ok_or_else(no_headroom)?;
             let tail = tail.as_deref().map_or(&[][..], |t| t.as_slice());
             key.sign_parts(m, tail)
                 .map_err(|e| violation(e.to_string()))?;
@@ -478,8 +514,8 @@ impl Connection {
                     .ok_or_else(|| violation("session has no decryption key"))?,
                 _ => return Err(violation("transform header names an unknown session")),
             };
-            let (hdr, body) = frame.split_at_mut(TRANSFORM_LEN);
-            key.open(hdr, body).map_err(|e| violation(e.to_string()))?;
+            key.open_frame(&mut frame)
+                .map_err(|e| violation(e.to_string()))?;
             encrypted_by = Some(th.session_id);
             TRANSFORM_LEN
         } else {
@@ -490,9 +526,10 @@ impl Connection {
         if !self.state.channels.is_empty() {
             let target = match encrypted_by {
                 Some(sid) => sid,
-                None => Header::decode(&frame[plain_start..])
-                    .map(|h| h.session_id)
-                    .unwrap_or(0),
+                None => frame
+                    .get(plain_start..)
+                    .and_then(|plain| Header::decode(plain).ok())
+                    .map_or(0, |h| h.session_id),
             };
             if !self.state.sessions.contains_key(&target)
                 && matches!(
@@ -907,10 +944,10 @@ impl Connection {
         };
         let via_conn = via.as_ref().map(|v| v.conn_id);
         let via_key = via.as_ref().map(|v| v.signing_key.clone());
-        let plain = &frame[plain_start..];
-        if plain.len() < HEADER_LEN {
-            return Err(violation("message shorter than an SMB2 header"));
-        }
+        let plain = frame
+            .get(plain_start..)
+            .filter(|plain| plain.len() >= HEADER_LEN)
+            .ok_or_else(|| violation("message shorter than an SMB2 header"))?;
         let elements = split_compound(plain).map_err(|e| violation(e.to_string()))?;
         if checks.is_some_and(|c| c.len() != elements.len()) {
             return Err(violation("forwarded frame does not match its checks"));
@@ -1092,9 +1129,9 @@ impl Connection {
             {
                 // No key to sign with: mark it signed and echo the request's signature, which
                 // clients accept for these statuses (Samba's smbXcli requires the flag).
-                let flags = u32::from_le_bytes([msg[16], msg[17], msg[18], msg[19]]) | FLAG_SIGNED;
-                msg[16..20].copy_from_slice(&flags.to_le_bytes());
-                msg[48..64].copy_from_slice(&hdr.signature);
+                let header = response_header(&mut msg)?;
+                mark_signed(header);
+                header[SIGNATURE_OFFSET..].copy_from_slice(&hdr.signature);
                 sign = false;
             }
             responses.push(OutMsg {
@@ -1192,8 +1229,7 @@ impl Connection {
         let mut out = Vec::new();
         let mut retries = Vec::new();
         let mut i = 0;
-        while i < self.pending.len() {
-            let op = &self.pending[i];
+        while let Some(op) = self.pending.get(i) {
             if op.via.as_ref().is_some_and(|v| v.gone.is_cancelled()) {
                 // Its channel is gone: nobody is left to answer.
                 self.pending.swap_remove(i);
@@ -1386,7 +1422,8 @@ impl Connection {
             .collect();
         if expired.len() > MAX_EXPIRED_SESSIONS {
             expired.sort_unstable();
-            for id in &expired[..expired.len() - MAX_EXPIRED_SESSIONS] {
+            let excess = expired.len() - MAX_EXPIRED_SESSIONS;
+            for id in expired.iter().take(excess) {
                 self.state.sessions.remove(id);
             }
         }
@@ -1527,7 +1564,8 @@ impl Connection {
                 if !last {
                     let next =
                         u32::try_from(padded).map_err(|_| violation("response too large"))?;
-                    msg[20..24].copy_from_slice(&next.to_le_bytes());
+                    response_header(&mut msg)?[NEXT_COMMAND_OFFSET..NEXT_COMMAND_OFFSET + 4]
+                        .copy_from_slice(&next.to_le_bytes());
                 }
             }
             let encrypting = encrypt_for.is_some_and(|sid| {
@@ -1544,9 +1582,7 @@ impl Connection {
                         .and_then(|s| s.signing_key.as_ref())
                 });
                 if let Some(key) = key {
-                    let flags =
-                        u32::from_le_bytes([msg[16], msg[17], msg[18], msg[19]]) | FLAG_SIGNED;
-                    msg[16..20].copy_from_slice(&flags.to_le_bytes());
+                    mark_signed(response_header(&mut msg)?);
                     key.sign(&mut msg).map_err(|e| violation(e.to_string()))?;
                 }
             }
@@ -1611,5 +1647,85 @@ async fn close_or_keep(
             _ => o,
         };
         let _ = super::handlers::create::close_open(o).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::{Cipher, CipherKey, SigningAlgorithm, SigningKey};
+    use crate::server::bufpool::HEADROOM;
+
+    const BODY: &[u8] = b"\x11\x00\x50\x00 the READ response body";
+
+    /// A job whose storage call answers `body` at once.
+    fn job(
+        body: OutBuf,
+        signing_key: Option<SigningKey>,
+        seal: Option<(Arc<CipherKey>, [u8; 16], u64)>,
+    ) -> DeferredJob {
+        DeferredJob {
+            work: Box::pin(async move { Ok(body) }),
+            header: Header {
+                command: 8,
+                flags: FLAG_SERVER_TO_REDIR,
+                message_id: 7,
+                session_id: 5,
+                ..Default::default()
+            },
+            signing_key,
+            seal,
+        }
+    }
+
+    /// The body with room for the headers in front (as a pooled READ buffer has it), and
+    /// without (it is moved behind fresh room).
+    fn bodies() -> [OutBuf; 2] {
+        let mut buf = vec![0u8; HEADROOM];
+        buf.extend_from_slice(BODY);
+        let end = buf.len();
+        let roomy = OutBuf {
+            buf: buf.into(),
+            start: HEADROOM,
+            end,
+            pooled: false,
+            tail: None,
+        };
+        [roomy, OutBuf::from_vec(BODY.to_vec())]
+    }
+
+    #[tokio::test]
+    async fn a_deferred_response_is_marked_signed_and_signed() {
+        for body in bodies() {
+            let key = SigningKey::new(SigningAlgorithm::AesCmac, &[3; 16]);
+            let msg = job(body, Some(key.clone()), None)
+                .run()
+                .await
+                .unwrap()
+                .into_vec();
+            let header = Header::decode(&msg).unwrap();
+            assert!(header.is_signed());
+            assert_eq!(header.flags, FLAG_SERVER_TO_REDIR | FLAG_SIGNED);
+            assert_eq!(header.message_id, 7);
+            key.verify(&msg).unwrap();
+            assert_eq!(&msg[HEADER_LEN..], BODY);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_deferred_response_is_sealed_whole_and_not_marked_signed() {
+        for body in bodies() {
+            let key = Arc::new(CipherKey::new(Cipher::Aes128Gcm, &[4; 16]).unwrap());
+            let mut frame = job(body, None, Some((key.clone(), [9; 16], 5)))
+                .run()
+                .await
+                .unwrap()
+                .into_vec();
+            assert_eq!(crate::crypto::transform_session_id(&frame), Some(5));
+            let msg = key.open_frame(&mut frame).unwrap();
+            let header = Header::decode(msg).unwrap();
+            assert!(!header.is_signed());
+            assert_eq!(&msg[HEADER_LEN..], BODY);
+        }
     }
 }

@@ -66,6 +66,19 @@ fn cut_short() -> ConnError {
     ConnError::Io(std::io::ErrorKind::UnexpectedEof.into())
 }
 
+/// What of `buf` is still to be read into, past its first `filled` bytes. Each read adds
+/// at most what it was given, so `filled` never passes the end (see [`overran`]).
+fn unfilled(buf: &mut [u8], filled: usize) -> Result<&mut [u8], ConnError> {
+    buf.get_mut(filled..).ok_or_else(overran)
+}
+
+/// A count of bytes read past the end of the buffer it counts: cannot happen (reads add
+/// at most what they were given, and buffers are sized from the frame header), but would
+/// end the connection rather than panic.
+fn overran() -> ConnError {
+    ConnError::Io(std::io::Error::other("frame reader overran its buffer"))
+}
+
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// A reader of `rd`'s frames, taking large messages' buffers from `pool`.
     pub fn new(rd: R, pool: Arc<BufPool>) -> FrameReader<R> {
@@ -83,7 +96,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         loop {
             match state {
                 State::Header { got, filled } => {
-                    let n = rd.read(&mut got[*filled..]).await?;
+                    let n = rd.read(unfilled(got, *filled)?).await?;
                     if n == 0 {
                         return match *filled {
                             0 => Ok(None),
@@ -113,7 +126,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 State::Skip { left } => {
                     if *left > 0 {
                         let mut skip = [0u8; KEEP_ALIVE_MAX];
-                        let n = rd.read(&mut skip[..*left]).await?;
+                        // `left` starts at most KEEP_ALIVE_MAX and only shrinks.
+                        let n = rd.read(skip.get_mut(..*left).ok_or_else(overran)?).await?;
                         if n == 0 {
                             return Err(cut_short());
                         }
@@ -125,7 +139,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 }
                 State::Prefix { len, got, filled } => {
                     // `len` is at least POOLED_RECEIVE_MIN, far more than the prefix.
-                    let n = rd.read(&mut got[*filled..]).await?;
+                    let n = rd.read(unfilled(got, *filled)?).await?;
                     if n == 0 {
                         return Err(cut_short());
                     }
@@ -133,7 +147,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     if *filled == WRITE_PLACEMENT_PREFIX {
                         let (lead, file_offset) = write_data_placement(got);
                         let mut msg = Received::pooled(pool, *len, lead, file_offset);
-                        msg[..WRITE_PLACEMENT_PREFIX].copy_from_slice(got);
+                        let prefix = msg
+                            .first_chunk_mut::<WRITE_PLACEMENT_PREFIX>()
+                            .ok_or_else(overran)?;
+                        *prefix = *got;
                         *state = State::Pooled {
                             msg,
                             filled: WRITE_PLACEMENT_PREFIX,
@@ -142,7 +159,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 }
                 State::Pooled { msg, filled } => {
                     if *filled < msg.len() {
-                        let n = rd.read(&mut msg[*filled..]).await?;
+                        let n = rd.read(unfilled(msg, *filled)?).await?;
                         if n == 0 {
                             return Err(cut_short());
                         }

@@ -343,10 +343,10 @@ impl ServerConfig {
 
 /// A fresh machine SID: S-1-5-21 and three random sub-authorities.
 pub fn random_machine_sid() -> crate::security::Sid {
-    let mut b = [0u8; 12];
-    random_bytes(&mut b);
-    let part = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-    crate::security::Sid::new(5, &[21, part(0), part(4), part(8)])
+    let mut b = [[0u8; 4]; 3];
+    random_bytes(b.as_flattened_mut());
+    let [p0, p1, p2] = b.map(u32::from_le_bytes);
+    crate::security::Sid::new(5, &[21, p0, p1, p2])
 }
 
 impl Default for ServerConfig {

@@ -73,7 +73,7 @@ pub fn parse_gmt_token(s: &str) -> Option<i64> {
         part.parse().ok()
     };
     let seps = [(9, b'.'), (12, b'.'), (15, b'-'), (18, b'.'), (21, b'.')];
-    if seps.iter().any(|&(i, c)| b[i] != c) {
+    if seps.iter().any(|&(i, c)| b.get(i) != Some(&c)) {
         return None;
     }
     let (y, mo, d) = (num(5, 4)?, num(10, 2)?, num(13, 2)?);
@@ -123,7 +123,7 @@ pub fn encode_snapshot_array(times: &[i64], max_output: usize) -> Result<Vec<u8>
     if max_output < 16 {
         return Err(status::INVALID_PARAMETER);
     }
-    let times = &times[..times.len().min(MAX_LISTED)];
+    let times = times.get(..MAX_LISTED).unwrap_or(times);
     let n = u32::try_from(times.len()).map_err(|_| status::INVALID_PARAMETER)?;
     let labels_size = times.len() * LABEL_BYTES + 2;
     let labels_u32 = u32::try_from(labels_size).map_err(|_| status::INVALID_PARAMETER)?;
