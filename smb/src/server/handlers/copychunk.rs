@@ -180,7 +180,11 @@ fn copy_chunks(
         buf.resize(len, 0);
         let mut got = 0;
         while got < len {
-            let n = source.read_at(c.source_offset + got as u64, &mut buf[got..])?;
+            // `got < len == buf.len()`, so `get_mut` cannot miss.
+            let Some(rest) = buf.get_mut(got..) else {
+                break;
+            };
+            let n = source.read_at(c.source_offset + got as u64, rest)?;
             if n == 0 {
                 break;
             }

@@ -50,7 +50,10 @@ fn decode_get_ea_names(buf: &[u8]) -> Result<Vec<String>, u32> {
     let mut names = Vec::new();
     let mut pos = 0usize;
     while pos < buf.len() {
-        let head = buf.get(pos..pos + 5).ok_or(status::INVALID_PARAMETER)?;
+        let head = buf
+            .get(pos..)
+            .and_then(|b| b.first_chunk::<5>())
+            .ok_or(status::INVALID_PARAMETER)?;
         let next = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
         let len = usize::from(head[4]);
         let name = buf
@@ -135,8 +138,8 @@ fn finish_output(data: Vec<u8>, max: u32, min: usize) -> HResult {
         return Err(status::INFO_LENGTH_MISMATCH);
     }
     let mut body = Vec::with_capacity(data.len().min(max) + 8);
-    if data.len() > max {
-        encode_buffer_response(&mut body, &data[..max]);
+    if let Some(fits) = data.get(..max).filter(|_| data.len() > max) {
+        encode_buffer_response(&mut body, fits);
         return Ok(Reply::with_status(status::BUFFER_OVERFLOW, body));
     }
     encode_buffer_response(&mut body, &data);

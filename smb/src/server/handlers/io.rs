@@ -89,18 +89,27 @@ async fn read_pooled(
 ) -> Result<(OutBuf, usize), u32> {
     let (mut buf, start) = bufs.take_read(READ_RESPONSE_FIXED_LEN, len, offset);
     let data_at = start + READ_RESPONSE_FIXED_LEN;
-    let cached = f.read_cached(offset, &mut buf[data_at..data_at + len]);
+    let data = data_at..data_at + len;
+    // `take_read` sized the buffer for the fixed part and the data after `start`: the
+    // ranges below are always there (a miss would be this server's bug, not the client's).
+    let dst = buf.get_mut(data.clone()).ok_or(status::INTERNAL_ERROR)?;
+    let cached = f.read_cached(offset, dst);
     let (mut buf, n) = match cached {
         Ok(n) => (buf, n),
         Err(_) => {
             blocking(move || {
-                let n = f.read_at(offset, &mut buf[data_at..data_at + len])?;
+                let dst = buf.get_mut(data).ok_or_else(no_room)?;
+                let n = f.read_at(offset, dst)?;
                 Ok((buf, n))
             })
             .await?
         }
     };
-    buf[start..data_at].copy_from_slice(&read_response_fixed(u32::try_from(n).unwrap_or(u32::MAX)));
+    let fixed = buf
+        .get_mut(start..)
+        .and_then(|b| b.first_chunk_mut::<READ_RESPONSE_FIXED_LEN>())
+        .ok_or(status::INTERNAL_ERROR)?;
+    *fixed = read_response_fixed(u32::try_from(n).unwrap_or(u32::MAX));
     let out = OutBuf {
         buf,
         start,
@@ -109,6 +118,15 @@ async fn read_pooled(
         tail: None,
     };
     Ok((out, n))
+}
+
+/// The error for a READ buffer without room for the data: never happens (the same range
+/// was found in the same buffer just before), but is a logged server error, not a panic.
+fn no_room() -> crate::vfs::FsError {
+    crate::vfs::FsError::Io {
+        context: "READ response buffer".into(),
+        source: std::io::Error::other("no room for the data"),
+    }
 }
 
 /// READs of at least this many bytes ask the storage for data it may share with other
@@ -137,8 +155,9 @@ async fn read_shared(
         return Ok(None);
     };
     let n = data.len();
-    let mut buf = vec![0u8; HEADROOM + READ_RESPONSE_FIXED_LEN];
-    buf[HEADROOM..].copy_from_slice(&read_response_fixed(u32::try_from(n).unwrap_or(u32::MAX)));
+    let mut buf = Vec::with_capacity(HEADROOM + READ_RESPONSE_FIXED_LEN);
+    buf.resize(HEADROOM, 0);
+    buf.extend_from_slice(&read_response_fixed(u32::try_from(n).unwrap_or(u32::MAX)));
     let end = buf.len();
     let out = OutBuf {
         buf: buf.into(),
@@ -249,19 +268,26 @@ pub async fn lock(conn: &mut Connection, ctx: &mut Ctx<'_>, req: LockRequest) ->
     let bucket = lock_bucket(req.lock_sequence).filter(|_| smb3);
     if let Some((index, number)) = bucket {
         let open = super::open(conn, ctx, req.file_id)?;
-        if open.lock_sequences[index] == number {
-            let mut body = Vec::new();
-            encode_empty_response(&mut body);
-            return Ok(Reply::ok(body));
+        // `lock_bucket` gives indexes below 64, the array's length: `get_mut` finds them
+        // (were one missing, its bucket would be ignored like an invalid index).
+        if let Some(slot) = open.lock_sequences.get_mut(index) {
+            if *slot == number {
+                let mut body = Vec::new();
+                encode_empty_response(&mut body);
+                return Ok(Reply::ok(body));
+            }
+            *slot = LOCK_SEQUENCE_UNSET;
         }
-        open.lock_sequences[index] = LOCK_SEQUENCE_UNSET;
     }
     let file_id = req.file_id;
     let reply = lock_ranges(conn, ctx, req).await?;
     if let Some((index, number)) = bucket {
         if reply.status == status::SUCCESS && reply.wait.is_none() {
-            if let Ok(open) = super::open(conn, ctx, file_id) {
-                open.lock_sequences[index] = number;
+            if let Some(slot) = super::open(conn, ctx, file_id)
+                .ok()
+                .and_then(|open| open.lock_sequences.get_mut(index))
+            {
+                *slot = number;
             }
         }
     }
