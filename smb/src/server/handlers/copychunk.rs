@@ -184,7 +184,10 @@ fn copy_chunks(
             let Some(rest) = buf.get_mut(got..) else {
                 break;
             };
-            let n = source.read_at(c.source_offset + got as u64, rest)?;
+            let at = c.source_offset.checked_add(got as u64).ok_or_else(|| {
+                crate::vfs::FsError::InvalidParameter("copychunk source offset overflows".into())
+            })?;
+            let n = source.read_at(at, rest)?;
             if n == 0 {
                 break;
             }
