@@ -128,23 +128,12 @@ impl GmacKey {
 
     /// GHASH over a zeroed copy of the header, then the body; the tag is that XOR E_K(J0).
     fn tag_small(&self, msg: &[u8], nonce: &[u8; 12]) -> [u8; 16] {
+        // A message shorter than a header (callers check) is all head and no body.
+        let (head, body) = msg.split_at_checked(SMB2_HEADER_LEN).unwrap_or((msg, &[]));
+        let header = zeroed_header(msg);
         let mut gh = self.ghash.clone();
-        match msg.split_first_chunk::<SMB2_HEADER_LEN>() {
-            Some((header, body)) => {
-                gh.update_padded(&zeroed_header(header));
-                gh.update_padded(body);
-            }
-            None => {
-                // Shorter than a header (callers check; this keeps the function total): the
-                // message with its part of the Signature field zeroed. The copy is zero past
-                // the message's end, so its first ceil(len / 16) blocks are the message
-                // zero-padded to whole blocks, as one `update_padded` call would hash it.
-                let copy = zeroed_partial_header(msg);
-                for block in copy.chunks_exact(16).take(msg.len().div_ceil(16)) {
-                    gh.update_padded(block);
-                }
-            }
-        }
+        gh.update_padded(header.get(..head.len()).unwrap_or(&header));
+        gh.update_padded(body);
         // Exactly one block: no padding added.
         gh.update_padded(&length_block(msg.len() as u64));
         self.finish(gh.finalize(), nonce)
@@ -192,15 +181,9 @@ fn length_block(len: u64) -> [u8; 16] {
     block
 }
 
-/// A copy of `header` with the Signature field zeroed.
-fn zeroed_header(header: &[u8; SMB2_HEADER_LEN]) -> [u8; SMB2_HEADER_LEN] {
-    let mut copy = *header;
-    copy[SIGNATURE_OFFSET..SIGNATURE_OFFSET + SIGNATURE_LEN].fill(0);
-    copy
-}
-
-/// [`zeroed_header`] of a message shorter than a header: its bytes, zero past its end.
-fn zeroed_partial_header(msg: &[u8]) -> [u8; SMB2_HEADER_LEN] {
+/// The first [`SMB2_HEADER_LEN`] bytes of `msg` (zero past its end when shorter) with the
+/// Signature field zeroed.
+fn zeroed_header(msg: &[u8]) -> [u8; SMB2_HEADER_LEN] {
     let mut copy = [0u8; SMB2_HEADER_LEN];
     for (c, m) in copy.iter_mut().zip(msg) {
         *c = *m;

@@ -88,32 +88,26 @@ pub fn ea_size(eas: &[Ea]) -> u32 {
 /// returns it and how many entries it holds.
 pub fn encode_full_ea_list(eas: &[Ea], max: usize) -> (Vec<u8>, usize) {
     let mut out = Vec::new();
+    let mut last_start = None;
     let mut count = 0;
-    let mut eas = eas.iter().peekable();
-    // Each entry is written whole, its NextEntryOffset set once it is known whether the next
-    // entry fits as well; the chain ends at the first that does not.
-    if eas.peek().is_some_and(|ea| entry_len(ea) > max) {
-        return (out, count);
-    }
-    while let Some(ea) = eas.next() {
-        let start = out.len();
-        let len = entry_len(ea);
-        let padded = len.next_multiple_of(4);
-        let next_fits = eas
-            .peek()
-            .is_some_and(|n| start + padded + entry_len(n) <= max);
-        out.put_u32(if next_fits { len_u32(padded) } else { 0 });
+    for ea in eas {
+        let start = out.len().next_multiple_of(4);
+        if start + entry_len(ea) > max {
+            break;
+        }
+        out.resize(start, 0);
+        if let Some(prev) = last_start {
+            out.set_u32(prev, len_u32(start - prev));
+        }
+        out.put_u32(0);
         out.put_u8(ea.flags);
         out.put_u8(u8::try_from(ea.name.len()).unwrap_or(u8::MAX));
         out.put_u16(u16::try_from(ea.value.len()).unwrap_or(u16::MAX));
         out.extend_from_slice(ea.name.as_bytes());
         out.put_u8(0);
         out.extend_from_slice(&ea.value);
+        last_start = Some(start);
         count += 1;
-        if !next_fits {
-            break;
-        }
-        out.put_zeros(padded - len);
     }
     (out, count)
 }

@@ -3,7 +3,7 @@
 //! (read), response and fault (written).
 
 use super::RpcError;
-use crate::proto::wire::{array_at, le_u16_at, le_u32_at};
+use crate::proto::wire::{array_at, le_u16_at, le_u32_at, len_u16, Put};
 
 /// Length of the common header.
 pub const HEADER_LEN: usize = 16;
@@ -11,10 +11,6 @@ pub const HEADER_LEN: usize = 16;
 pub const REQUEST_HEADER_LEN: usize = 24;
 /// Length of a response/fault header.
 pub const RESPONSE_HEADER_LEN: usize = 24;
-/// Length of a bind_nak with one supported protocol version.
-const BIND_NAK_LEN: usize = HEADER_LEN + 6;
-/// Length of a fault PDU.
-const FAULT_LEN: usize = RESPONSE_HEADER_LEN + 8;
 /// Largest fragment this server sends or accepts (the value Windows and Samba use).
 pub const MAX_FRAG: u16 = 4280;
 /// Smallest max_xmit_frag a client may impose (C706: must be at least 1432).
@@ -150,14 +146,19 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, RpcError> {
     })
 }
 
-/// The common header of a PDU of `frag_len` bytes in all (version 5.0, little-endian, no
-/// auth trailer). Each builder knows its PDU's length before writing it.
-fn header(ptype: u8, flags: u8, frag_len: usize, call_id: u32) -> [u8; HEADER_LEN] {
-    let [l0, l1] = (frag_len as u16).to_le_bytes();
-    let [c0, c1, c2, c3] = call_id.to_le_bytes();
-    [
-        5, 0, ptype, flags, 0x10, 0, 0, 0, l0, l1, 0, 0, c0, c1, c2, c3,
-    ]
+/// Starts a PDU with its common header (version 5.0, little-endian, no auth trailer);
+/// [`finish`] fills in its frag_length.
+fn write_header(out: &mut Vec<u8>, ptype: u8, flags: u8, call_id: u32) {
+    out.extend_from_slice(&[5, 0, ptype, flags, 0x10, 0, 0, 0]);
+    out.extend_from_slice(&[0, 0, 0, 0]); // frag_length, auth_length
+    out.extend_from_slice(&call_id.to_le_bytes());
+}
+
+/// Sets frag_length (bytes 8..10) to the length of the PDU as written.
+fn finish(mut pdu: Vec<u8>) -> Vec<u8> {
+    let len = len_u16(pdu.len());
+    pdu.set_u16(8, len);
+    pdu
 }
 
 /// One presentation context offered in a bind.
@@ -267,20 +268,8 @@ pub fn build_bind_ack(
     secondary_address: &str,
     results: &[ContextResult],
 ) -> Vec<u8> {
-    // Header, max_xmit_frag, max_recv_frag, assoc_group_id; sec_addr (length and string
-    // with its NUL) padded to 4; p_result_list (count, 3 reserved, 24 bytes a result).
-    let addr_len = match secondary_address.len() {
-        0 => 0,
-        n => n + 1,
-    };
-    let frag_len = (HEADER_LEN + 8 + 2 + addr_len).next_multiple_of(4) + 4 + 24 * results.len();
-    let mut p = Vec::with_capacity(frag_len);
-    p.extend_from_slice(&header(
-        ptype_out,
-        pfc::FIRST_FRAG | pfc::LAST_FRAG,
-        frag_len,
-        call_id,
-    ));
+    let mut p = Vec::with_capacity(64 + results.len() * 24);
+    write_header(&mut p, ptype_out, pfc::FIRST_FRAG | pfc::LAST_FRAG, call_id);
     p.extend_from_slice(&max_xmit.to_le_bytes());
     p.extend_from_slice(&max_recv.to_le_bytes());
     p.extend_from_slice(&assoc_group_id.to_le_bytes());
@@ -302,7 +291,7 @@ pub fn build_bind_ack(
         p.extend_from_slice(&r.transfer_syntax.uuid);
         p.extend_from_slice(&r.transfer_syntax.version.to_le_bytes());
     }
-    p
+    finish(p)
 }
 
 /// bind_nak reject reasons (C706 12.6.4.4).
@@ -317,16 +306,16 @@ pub mod reject {
 
 /// Builds a bind_nak with one supported protocol version (5.0).
 pub fn build_bind_nak(call_id: u32, reason: u16) -> Vec<u8> {
-    let mut p = Vec::with_capacity(BIND_NAK_LEN);
-    p.extend_from_slice(&header(
+    let mut p = Vec::with_capacity(24);
+    write_header(
+        &mut p,
         ptype::BIND_NAK,
         pfc::FIRST_FRAG | pfc::LAST_FRAG,
-        BIND_NAK_LEN,
         call_id,
-    ));
+    );
     p.extend_from_slice(&reason.to_le_bytes());
     p.extend_from_slice(&[1, 5, 0, 0]); // n_protocols = 1, {5, 0}, pad
-    p
+    finish(p)
 }
 
 /// A parsed request fragment.
@@ -383,15 +372,14 @@ pub fn build_responses(call_id: u32, context_id: u16, stub: &[u8], max_frag: u16
         if tail.is_empty() {
             flags |= pfc::LAST_FRAG;
         }
-        let frag_len = RESPONSE_HEADER_LEN + part.len();
-        let mut p = Vec::with_capacity(frag_len);
-        p.extend_from_slice(&header(ptype::RESPONSE, flags, frag_len, call_id));
+        let mut p = Vec::with_capacity(RESPONSE_HEADER_LEN + part.len());
+        write_header(&mut p, ptype::RESPONSE, flags, call_id);
         // alloc_hint: the stub bytes still to come, this fragment's included.
         p.extend_from_slice(&(rest.len() as u32).to_le_bytes());
         p.extend_from_slice(&context_id.to_le_bytes());
         p.extend_from_slice(&[0, 0]);
         p.extend_from_slice(part);
-        out.push(p);
+        out.push(finish(p));
         rest = tail;
         if rest.is_empty() {
             return out;
@@ -401,19 +389,19 @@ pub fn build_responses(call_id: u32, context_id: u16, stub: &[u8], max_frag: u16
 
 /// Builds a fault PDU.
 pub fn build_fault(call_id: u32, context_id: u16, status: u32) -> Vec<u8> {
-    let mut p = Vec::with_capacity(FAULT_LEN);
-    p.extend_from_slice(&header(
+    let mut p = Vec::with_capacity(32);
+    write_header(
+        &mut p,
         ptype::FAULT,
         pfc::FIRST_FRAG | pfc::LAST_FRAG,
-        FAULT_LEN,
         call_id,
-    ));
+    );
     p.extend_from_slice(&0u32.to_le_bytes());
     p.extend_from_slice(&context_id.to_le_bytes());
     p.extend_from_slice(&[0, 0]);
     p.extend_from_slice(&status.to_le_bytes());
     p.extend_from_slice(&0u32.to_le_bytes());
-    p
+    finish(p)
 }
 
 #[cfg(test)]
