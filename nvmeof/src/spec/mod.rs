@@ -123,6 +123,23 @@ pub mod lid {
 /// The well-known discovery subsystem NQN.
 pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
 
+/// Little-endian u32 at byte `at`; 0 past the end (callers read fields of a header or
+/// command whose length was checked).
+pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
+    match b.get(at..).and_then(<[u8]>::first_chunk) {
+        Some(w) => u32::from_le_bytes(*w),
+        None => 0,
+    }
+}
+
+/// Little-endian u16 at byte `at`; 0 past the end, as [`le32`].
+pub(crate) fn le16(b: &[u8], at: usize) -> u16 {
+    match b.get(at..).and_then(<[u8]>::first_chunk) {
+        Some(w) => u16::from_le_bytes(*w),
+        None => 0,
+    }
+}
+
 /// Copies `s` into `dst` padded with spaces (Identify's ASCII fields: SN, MN, FR).
 pub fn put_ascii_space(dst: &mut [u8], s: &str) {
     dst.fill(b' ');

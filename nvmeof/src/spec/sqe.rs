@@ -60,14 +60,6 @@ pub struct Sgl {
     pub id: u8,
 }
 
-/// Little-endian u32 at byte `at`; 0 past the end (callers pass in-range offsets).
-fn rd32(b: &[u8; SQE_LEN], at: usize) -> u32 {
-    match b.get(at..).and_then(<[u8]>::first_chunk) {
-        Some(w) => u32::from_le_bytes(*w),
-        None => 0,
-    }
-}
-
 impl Sqe {
     /// Wraps raw SQE bytes.
     pub fn from_bytes(b: [u8; SQE_LEN]) -> Self {
@@ -114,7 +106,7 @@ impl Sqe {
 
     /// Namespace ID (for Fabrics commands, byte 4 is FCTYPE instead).
     pub fn nsid(&self) -> u32 {
-        rd32(&self.0, 4)
+        super::le32(&self.0, 4)
     }
 
     /// Sets the namespace ID.
@@ -137,7 +129,7 @@ impl Sqe {
         if n >= 16 {
             return 0;
         }
-        rd32(&self.0, n * 4)
+        super::le32(&self.0, n * 4)
     }
 
     /// Sets command dword `n` (10..=15 typically); ignored when out of range.
@@ -157,9 +149,9 @@ impl Sqe {
         a.copy_from_slice(&self.0[24..32]);
         let id = self.0[39];
         let len = if id >> 4 == SGL_TYPE_KEYED {
-            rd32(&self.0, 32) & 0x00ff_ffff
+            super::le32(&self.0, 32) & 0x00ff_ffff
         } else {
-            rd32(&self.0, 32)
+            super::le32(&self.0, 32)
         };
         Sgl {
             addr: u64::from_le_bytes(a),
@@ -186,7 +178,7 @@ impl Sqe {
         k.copy_from_slice(&self.0[35..39]);
         Some(KeyedSgl {
             addr: u64::from_le_bytes(a),
-            len: rd32(&self.0, 32) & 0x00ff_ffff,
+            len: super::le32(&self.0, 32) & 0x00ff_ffff,
             key: u32::from_le_bytes(k),
             invalidate,
         })

@@ -2,7 +2,7 @@
 
 use super::digest::{crc32c_digest, Digests};
 use super::header::*;
-use crate::spec::{Cqe, Sqe, CQE_LEN, SQE_LEN};
+use crate::spec::{le16, le32, Cqe, Sqe, CQE_LEN, SQE_LEN};
 
 /// What the decoder needs to know about the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,23 +88,6 @@ impl PduError {
 
 fn bad(offset: u32, what: &'static str) -> PduError {
     PduError::InvalidHeaderField { offset, what }
-}
-
-/// Little-endian u32 at byte `at`; 0 past the end (callers read fields inside a
-/// header whose length was checked).
-fn le32(b: &[u8], at: usize) -> u32 {
-    match b.get(at..).and_then(<[u8]>::first_chunk) {
-        Some(w) => u32::from_le_bytes(*w),
-        None => 0,
-    }
-}
-
-/// Little-endian u16 at byte `at`; 0 past the end, as [`le32`].
-fn le16(b: &[u8], at: usize) -> u16 {
-    match b.get(at..).and_then(<[u8]>::first_chunk) {
-        Some(w) => u16::from_le_bytes(*w),
-        None => 0,
-    }
 }
 
 /// Given the bytes received so far, returns `Ok(Some(plen))` once the common header is
