@@ -43,12 +43,13 @@ fn sh(cmd: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// Loop devices over sparse files, and the pool mount; released on drop.
+/// Loop devices over sparse files, and the mounts over them; released on drop, the
+/// mounts first, last one first.
 struct Loops {
     dir: tempfile::TempDir,
     files: Vec<PathBuf>,
     devs: Vec<String>,
-    mount: Option<PathBuf>,
+    mounts: Vec<PathBuf>,
 }
 
 impl Loops {
@@ -58,7 +59,7 @@ impl Loops {
             dir,
             files: Vec::new(),
             devs: Vec::new(),
-            mount: None,
+            mounts: Vec::new(),
         };
         for i in 0..n {
             let f = l.dir.path().join(format!("d{i}.img"));
@@ -75,7 +76,7 @@ impl Loops {
 
 impl Drop for Loops {
     fn drop(&mut self) {
-        if let Some(m) = &self.mount {
+        for m in self.mounts.iter().rev() {
             let _ = Command::new("umount").arg(m).output();
             let _ = Command::new("umount").arg("-l").arg(m).output();
         }
@@ -228,11 +229,11 @@ fn btrfs_raid10_pool_quota_scrub_failure_replace_restart() {
     if skipped_without_root() {
         return;
     }
-    let mut loops = Loops::new(5);
+    let mut loops = Loops::new(6);
     let pool_devs = loops.devs[..4].to_vec();
     let spare = loops.devs[4].clone();
     let data = loops.dir.path().join("data");
-    loops.mount = Some(data.join("pool"));
+    loops.mounts.push(data.join("pool"));
     let q = start(&data);
     let api = q.admin().unwrap();
 
@@ -251,22 +252,36 @@ fn btrfs_raid10_pool_quota_scrub_failure_replace_restart() {
         )
         .unwrap();
     assert_eq!(s, 422, "unknown device: {b}");
+    // A device of this test's own, mounted, is shown busy and refused even with force.
+    // (Never another process's device: a test must not format what it does not own.)
+    let busy = loops.devs[5].clone();
+    let busy_mnt = loops.dir.path().join("busy");
+    std::fs::create_dir(&busy_mnt).expect("mount point");
+    sh("mkfs.btrfs", &["-q", "-f", &busy]);
+    sh("mount", &[&busy, &busy_mnt.to_string_lossy()]);
+    loops.mounts.push(busy_mnt.clone());
     let (s, devices) = api.get("/api/v1/devices").unwrap();
     assert_eq!(s, 200, "{devices}");
-    if let Some(busy) = devices
+    let shown = devices
         .as_array()
         .unwrap()
         .iter()
-        .find(|d| d["busy"].is_string())
-    {
-        let (s, b) = api
-            .post(
-                "/api/v1/pool",
-                &json!({"devices": [busy["path"]], "profile": "single", "force": true}),
-            )
-            .unwrap();
-        assert_eq!(s, 409, "device in use: {b}");
-    }
+        .find(|d| d["path"] == busy.as_str())
+        .unwrap_or_else(|| panic!("{busy} not listed: {devices}"));
+    assert!(
+        shown["busy"]
+            .as_str()
+            .is_some_and(|b| b.contains("mounted")),
+        "{shown}"
+    );
+    let (s, b) = api
+        .post(
+            "/api/v1/pool",
+            &json!({"devices": [busy], "profile": "single", "force": true}),
+        )
+        .unwrap();
+    assert_eq!(s, 409, "device in use: {b}");
+    sh("umount", &[&busy_mnt.to_string_lossy()]);
     assert!(
         devices
             .as_array()
@@ -464,7 +479,7 @@ async fn btrfs_snapshots_restore_and_volume_clone_over_nvme() -> anyhow::Result<
     }
     let mut loops = Loops::new(2);
     let data = loops.dir.path().join("data");
-    loops.mount = Some(data.join("pool"));
+    loops.mounts.push(data.join("pool"));
     let q = start(&data);
     let api = q.admin()?;
 
@@ -737,7 +752,7 @@ fn btrfs_scheduled_snapshots_keep_their_retention_and_scrubs_run() {
     }
     let mut loops = Loops::new(1);
     let data = loops.dir.path().join("data");
-    loops.mount = Some(data.join("pool"));
+    loops.mounts.push(data.join("pool"));
     let q = QuarryProcess::start_with(
         &data,
         &[
@@ -864,7 +879,7 @@ fn btrfs_missing_device_at_import_mounts_degraded_and_is_replaced() {
     }
     let mut loops = Loops::new(3);
     let data = loops.dir.path().join("data");
-    loops.mount = Some(data.join("pool"));
+    loops.mounts.push(data.join("pool"));
     let (a, b, spare) = (
         loops.devs[0].clone(),
         loops.devs[1].clone(),
@@ -947,7 +962,7 @@ fn btrfs_directory_pool_makes_volumes_nocow() {
     std::fs::create_dir(&mnt).expect("mount point");
     sh("mkfs.btrfs", &["-q", "-f", &loops.devs[0]]);
     sh("mount", &[&loops.devs[0], &mnt.to_string_lossy()]);
-    loops.mount = Some(mnt.clone());
+    loops.mounts.push(mnt.clone());
     let data = mnt.join("data");
     let q = QuarryProcess::start_in(&data).expect("quarry starts");
     let api = q.admin().expect("admin");
