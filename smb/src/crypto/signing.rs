@@ -16,16 +16,15 @@ use super::{CryptoError, SigningAlgorithm};
 /// Length of the signature field (bytes).
 pub const SIGNATURE_LEN: usize = 16;
 /// Length of the SMB2 sync/async header that every signed message starts with.
-pub const SMB2_HEADER_LEN: usize = 64;
+pub use crate::proto::header::HEADER_LEN as SMB2_HEADER_LEN;
 /// Offset of the Signature field in the SMB2 header.
-pub const SIGNATURE_OFFSET: usize = 48;
+pub use crate::proto::header::SIGNATURE_OFFSET;
+use crate::proto::header::{
+    Command, COMMAND_OFFSET, FLAGS_OFFSET, FLAG_SERVER_TO_REDIR, MESSAGE_ID_OFFSET,
+};
 // The Signature field ends the header (`signature_field` relies on it).
 const _: () = assert!(SIGNATURE_OFFSET + SIGNATURE_LEN == SMB2_HEADER_LEN);
-const COMMAND_OFFSET: usize = 12;
-const FLAGS_OFFSET: usize = 16;
-const MESSAGE_ID_OFFSET: usize = 24;
-const FLAG_SERVER_TO_REDIR: u32 = 0x0000_0001;
-const COMMAND_CANCEL: u16 = 0x000C;
+const COMMAND_CANCEL: u16 = Command::Cancel as u16;
 
 impl SigningAlgorithm {
     /// The algorithm a dialect uses when 3.1.1 negotiated no SMB2_SIGNING_CAPABILITIES:

@@ -1,12 +1,20 @@
 //! The 64-byte SMB2 packet header, sync and async forms (MS-SMB2 2.2.1.1, 2.2.1.2).
 
-use super::wire::{Put, Reader};
+use super::wire::Reader;
 use super::ProtoError;
 
 /// ProtocolId of an SMB2/3 message.
 pub const SMB2_MAGIC: [u8; 4] = [0xFE, b'S', b'M', b'B'];
 /// Size of the SMB2 header on the wire.
 pub const HEADER_LEN: usize = 64;
+/// Offset of the Command field inside the header.
+pub const COMMAND_OFFSET: usize = 12;
+/// Offset of the Flags field inside the header (patched when a response is signed).
+pub const FLAGS_OFFSET: usize = 16;
+/// Offset of the NextCommand field inside the header (patched when a compound is joined).
+pub const NEXT_COMMAND_OFFSET: usize = 20;
+/// Offset of the MessageId field inside the header (the AES-GMAC nonce starts with it).
+pub const MESSAGE_ID_OFFSET: usize = 24;
 /// Offset of the 16-byte Signature field inside the header.
 pub const SIGNATURE_OFFSET: usize = 48;
 
@@ -166,25 +174,40 @@ impl Header {
         })
     }
 
+    /// The 64-byte encoding, built on the stack: a response's header is written straight
+    /// into the headroom in front of its body without a buffer of its own.
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+        let mut ids = [0u8; 8];
+        if self.flags & FLAG_ASYNC_COMMAND != 0 {
+            ids = self.async_id.to_le_bytes();
+        } else {
+            let (pid, tid) = ids.split_at_mut(4);
+            pid.copy_from_slice(&self.process_id.to_le_bytes());
+            tid.copy_from_slice(&self.tree_id.to_le_bytes());
+        }
+        let fields = SMB2_MAGIC
+            .into_iter()
+            .chain((HEADER_LEN as u16).to_le_bytes())
+            .chain(self.credit_charge.to_le_bytes())
+            .chain(self.status.to_le_bytes())
+            .chain(self.command.to_le_bytes())
+            .chain(self.credits.to_le_bytes())
+            .chain(self.flags.to_le_bytes())
+            .chain(self.next_command.to_le_bytes())
+            .chain(self.message_id.to_le_bytes())
+            .chain(ids)
+            .chain(self.session_id.to_le_bytes())
+            .chain(self.signature);
+        let mut out = [0u8; HEADER_LEN];
+        for (slot, byte) in out.iter_mut().zip(fields) {
+            *slot = byte;
+        }
+        out
+    }
+
     /// Appends the 64-byte encoding to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&SMB2_MAGIC);
-        out.put_u16(64);
-        out.put_u16(self.credit_charge);
-        out.put_u32(self.status);
-        out.put_u16(self.command);
-        out.put_u16(self.credits);
-        out.put_u32(self.flags);
-        out.put_u32(self.next_command);
-        out.put_u64(self.message_id);
-        if self.flags & FLAG_ASYNC_COMMAND != 0 {
-            out.put_u64(self.async_id);
-        } else {
-            out.put_u32(self.process_id);
-            out.put_u32(self.tree_id);
-        }
-        out.put_u64(self.session_id);
-        out.extend_from_slice(&self.signature);
+        out.extend_from_slice(&self.to_bytes());
     }
 
     /// The decoded command, if known.
@@ -247,6 +270,43 @@ mod tests {
         let mut out = Vec::new();
         h.encode(&mut out);
         assert_eq!(out, raw);
+        assert_eq!(h.to_bytes().as_slice(), raw.as_slice());
+    }
+
+    #[test]
+    fn every_field_lands_at_its_offset() {
+        let h = Header {
+            credit_charge: 0x0102,
+            status: 0x0304_0506,
+            command: 0x0708,
+            credits: 0x090A,
+            flags: FLAG_SERVER_TO_REDIR | FLAG_SIGNED,
+            next_command: 0x0B0C_0D0E,
+            message_id: 0x1112_1314_1516_1718,
+            process_id: 0x2122_2324,
+            tree_id: 0x2526_2728,
+            session_id: 0x3132_3334_3536_3738,
+            signature: [0x40; 16],
+            ..Default::default()
+        };
+        let b = h.to_bytes();
+        assert_eq!(&b[..4], &SMB2_MAGIC);
+        assert_eq!(&b[4..6], &64u16.to_le_bytes());
+        assert_eq!(
+            &b[COMMAND_OFFSET..COMMAND_OFFSET + 2],
+            &0x0708u16.to_le_bytes()
+        );
+        assert_eq!(&b[FLAGS_OFFSET..FLAGS_OFFSET + 4], &9u32.to_le_bytes());
+        assert_eq!(
+            &b[NEXT_COMMAND_OFFSET..NEXT_COMMAND_OFFSET + 4],
+            &0x0B0C_0D0Eu32.to_le_bytes()
+        );
+        assert_eq!(
+            &b[MESSAGE_ID_OFFSET..MESSAGE_ID_OFFSET + 8],
+            &0x1112_1314_1516_1718u64.to_le_bytes()
+        );
+        assert_eq!(&b[SIGNATURE_OFFSET..], &[0x40; 16]);
+        assert_eq!(Header::decode(&b).unwrap(), h);
     }
 
     #[test]

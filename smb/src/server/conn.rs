@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::crypto::PreauthHash;
 use crate::proto::header::{
-    FLAG_ASYNC_COMMAND, FLAG_SERVER_TO_REDIR, FLAG_SIGNED, SIGNATURE_OFFSET,
+    FLAGS_OFFSET, FLAG_ASYNC_COMMAND, FLAG_SERVER_TO_REDIR, FLAG_SIGNED, NEXT_COMMAND_OFFSET,
+    SIGNATURE_OFFSET,
 };
 use crate::proto::request::{request_file_id, split_compound};
 use crate::proto::transform::{is_transform, TransformHeader, TRANSFORM_LEN};
@@ -57,11 +58,6 @@ pub enum ConnError {
 pub(super) fn violation(what: impl Into<String>) -> ConnError {
     ConnError::Protocol(what.into())
 }
-
-/// Offset of Flags in the SMB2 header.
-const FLAGS_OFFSET: usize = 16;
-/// Offset of NextCommand in the SMB2 header.
-const NEXT_COMMAND_OFFSET: usize = 20;
 
 /// The SMB2 header at the start of a response this server encoded. Every response starts
 /// with one; a shorter one would end the connection rather than panic.
@@ -402,13 +398,11 @@ impl DeferredJob {
             // The flag is covered by the signature: set before the header is encoded.
             header.flags |= FLAG_SIGNED;
         }
-        let mut h = Vec::with_capacity(HEADER_LEN);
-        header.encode(&mut h);
         let at = out.start - HEADER_LEN;
         out.buf
             .get_mut(at..out.start)
             .ok_or_else(no_headroom)?
-            .copy_from_slice(&h);
+            .copy_from_slice(&header.to_bytes());
         out.start = at;
         if let Some((key, nonce, sid)) = self.seal {
             // Sealing encrypts in place: a shared tail becomes this message's own copy.
@@ -1540,67 +1534,25 @@ impl Connection {
         (reply, signed)
     }
 
-    /// Signs each response element, joins a compound, and seals it when needed.
+    /// Signs each response element, joins a compound, and seals it when the session
+    /// `encrypt_for` has a cipher key (see [`join_responses`]).
     fn finish(
         &mut self,
         responses: Vec<OutMsg>,
         encrypt_for: Option<u64>,
     ) -> Result<Vec<u8>, ConnError> {
-        let n = responses.len();
-        let mut out = Vec::new();
-        for (i, r) in responses.into_iter().enumerate() {
-            let OutMsg {
-                mut msg,
-                session_id,
-                sign,
-                key,
-            } = r;
-            let last = i + 1 == n;
-            if n > 1 {
-                // Every response of a compound is padded to 8 bytes, the last one too
-                // (what Windows and Samba send; smbtorture checks a READ's body size).
-                let padded = msg.len().next_multiple_of(8);
-                msg.resize(padded, 0);
-                if !last {
-                    let next =
-                        u32::try_from(padded).map_err(|_| violation("response too large"))?;
-                    response_header(&mut msg)?[NEXT_COMMAND_OFFSET..NEXT_COMMAND_OFFSET + 4]
-                        .copy_from_slice(&next.to_le_bytes());
-                }
-            }
-            let encrypting = encrypt_for.is_some_and(|sid| {
-                self.state
-                    .sessions
-                    .get(&sid)
-                    .is_some_and(|s| s.encrypt_key.is_some())
-            });
-            if sign && !encrypting {
-                let key = key.as_ref().or_else(|| {
-                    self.state
-                        .sessions
-                        .get(&session_id)
-                        .and_then(|s| s.signing_key.as_ref())
-                });
-                if let Some(key) = key {
-                    mark_signed(response_header(&mut msg)?);
-                    key.sign(&mut msg).map_err(|e| violation(e.to_string()))?;
-                }
-            }
-            out.extend_from_slice(&msg);
-        }
-        if let Some(sid) = encrypt_for {
-            if let Some(session) = self.state.sessions.get_mut(&sid) {
-                let nonce = session.next_nonce();
-                if let Some(key) = session.encrypt_key.as_ref() {
-                    let mut th = vec![0u8; TRANSFORM_LEN];
-                    key.seal(&mut th, &nonce, sid, &mut out)
-                        .map_err(|e| violation(e.to_string()))?;
-                    th.extend_from_slice(&out);
-                    return Ok(th);
-                }
-            }
-        }
-        Ok(out)
+        let seal = encrypt_for.and_then(|sid| {
+            let session = self.state.sessions.get_mut(&sid)?;
+            let key = session.encrypt_key.clone()?;
+            Some((key, session.next_nonce(), sid))
+        });
+        let sessions = &self.state.sessions;
+        join_responses(
+            responses,
+            seal.as_ref()
+                .map(|(key, nonce, sid)| (key.as_ref(), nonce, *sid)),
+            |sid| sessions.get(&sid).and_then(|s| s.signing_key.as_ref()),
+        )
     }
 
     /// Answers an SMB1 NEGOTIATE that offers SMB2 with the wildcard upgrade (MS-SMB2 3.3.5.3.1).
@@ -1631,6 +1583,71 @@ impl Connection {
         msg.extend_from_slice(&body);
         Ok(msg)
     }
+}
+
+/// The frame that carries `responses`: one element alone, or a compound whose elements are
+/// padded to 8 bytes and chained through NextCommand. Unless it is sealed (`seal`: the key,
+/// a fresh nonce and the session), each element that asks to be signed is signed with its
+/// own key or, through `session_key`, its session's. A lone plain response goes out in its
+/// own buffer; otherwise the elements are copied once, behind room for the transform header
+/// when sealing, and sealed there in place.
+fn join_responses<'k>(
+    mut responses: Vec<OutMsg>,
+    seal: Option<(&crate::crypto::CipherKey, &[u8; 16], u64)>,
+    session_key: impl Fn(u64) -> Option<&'k crate::crypto::SigningKey>,
+) -> Result<Vec<u8>, ConnError> {
+    let n = responses.len();
+    let sign = |r: OutMsg| -> Result<Vec<u8>, ConnError> {
+        let OutMsg {
+            mut msg,
+            session_id,
+            sign,
+            key,
+        } = r;
+        if sign {
+            if let Some(key) = key.as_ref().or_else(|| session_key(session_id)) {
+                mark_signed(response_header(&mut msg)?);
+                key.sign(&mut msg).map_err(|e| violation(e.to_string()))?;
+            }
+        }
+        Ok(msg)
+    };
+    if n == 1 && seal.is_none() {
+        if let Some(r) = responses.pop() {
+            return sign(r);
+        }
+    }
+    let headroom = if seal.is_some() { TRANSFORM_LEN } else { 0 };
+    let total = responses
+        .iter()
+        .map(|r| r.msg.len().next_multiple_of(8))
+        .sum::<usize>();
+    let mut out = Vec::with_capacity(headroom + total);
+    out.resize(headroom, 0);
+    for (i, mut r) in responses.into_iter().enumerate() {
+        if n > 1 {
+            // Every response of a compound is padded to 8 bytes, the last one too (what
+            // Windows and Samba send; smbtorture checks a READ's body size).
+            let padded = r.msg.len().next_multiple_of(8);
+            r.msg.resize(padded, 0);
+            if i + 1 < n {
+                let next = u32::try_from(padded).map_err(|_| violation("response too large"))?;
+                response_header(&mut r.msg)?[NEXT_COMMAND_OFFSET..NEXT_COMMAND_OFFSET + 4]
+                    .copy_from_slice(&next.to_le_bytes());
+            }
+        }
+        if seal.is_some() {
+            // The transform's AEAD tag protects the whole frame; nothing is signed.
+            out.extend_from_slice(&r.msg);
+        } else {
+            out.extend_from_slice(&sign(r)?);
+        }
+    }
+    if let Some((key, nonce, sid)) = seal {
+        key.seal_frame(&mut out, nonce, sid)
+            .map_err(|e| violation(e.to_string()))?;
+    }
+    Ok(out)
 }
 
 /// Closes opens, keeping for reconnection the durable ones whose owner is given.
@@ -1727,5 +1744,113 @@ mod tests {
             assert!(!header.is_signed());
             assert_eq!(&msg[HEADER_LEN..], BODY);
         }
+    }
+
+    /// A response element: a header for `message_id` and a body of `body_len` bytes.
+    fn element(message_id: u64, body_len: usize, sign: bool, key: Option<SigningKey>) -> OutMsg {
+        let mut msg = Header {
+            command: 5,
+            flags: FLAG_SERVER_TO_REDIR,
+            message_id,
+            session_id: 5,
+            ..Default::default()
+        }
+        .to_bytes()
+        .to_vec();
+        msg.extend((0..body_len).map(|i| i as u8 ^ message_id as u8));
+        OutMsg {
+            msg,
+            session_id: 5,
+            sign,
+            key,
+        }
+    }
+
+    #[test]
+    fn a_lone_response_is_signed_in_its_own_buffer() {
+        let session = SigningKey::new(SigningAlgorithm::AesCmac, &[1; 16]);
+        let r = element(3, 13, true, None);
+        let body = r.msg[HEADER_LEN..].to_vec();
+        let msg = join_responses(vec![r], None, |sid| (sid == 5).then_some(&session)).unwrap();
+        assert_eq!(msg.len(), HEADER_LEN + 13, "a lone response is not padded");
+        assert!(Header::decode(&msg).unwrap().is_signed());
+        session.verify(&msg).unwrap();
+        assert_eq!(&msg[HEADER_LEN..], body.as_slice());
+    }
+
+    #[test]
+    fn a_compound_is_padded_chained_and_each_element_signed_with_its_key() {
+        let session = SigningKey::new(SigningAlgorithm::AesCmac, &[1; 16]);
+        let own = SigningKey::new(SigningAlgorithm::AesCmac, &[2; 16]);
+        let responses = vec![
+            element(1, 9, true, None),
+            element(2, 13, true, Some(own.clone())),
+            element(3, 5, false, None),
+        ];
+        let frame = join_responses(responses, None, |_| Some(&session)).unwrap();
+        let parts = crate::proto::request::split_compound(&frame).unwrap();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [80, 80, 72],
+            "each element padded to 8 bytes, the last one too"
+        );
+        assert_eq!(frame.len(), 232);
+        let headers: Vec<Header> = parts.iter().map(|p| Header::decode(p).unwrap()).collect();
+        assert_eq!(
+            headers.iter().map(|h| h.next_command).collect::<Vec<_>>(),
+            [80, 80, 0]
+        );
+        assert_eq!(
+            headers.iter().map(|h| h.message_id).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        session.verify(parts[0]).unwrap();
+        own.verify(parts[1]).unwrap();
+        assert!(
+            session.verify(parts[1]).is_err(),
+            "its own key, not the session's"
+        );
+        assert!(!headers[2].is_signed());
+        assert_eq!(
+            &parts[2][HEADER_LEN..HEADER_LEN + 5],
+            &element(3, 5, false, None).msg[HEADER_LEN..]
+        );
+        assert!(
+            parts[2][HEADER_LEN + 5..].iter().all(|&b| b == 0),
+            "zero padding"
+        );
+    }
+
+    #[test]
+    fn a_sealed_compound_is_one_frame_with_no_element_signed() {
+        let session = SigningKey::new(SigningAlgorithm::AesCmac, &[1; 16]);
+        let cipher = CipherKey::new(Cipher::Aes128Gcm, &[4; 16]).unwrap();
+        let responses = vec![element(1, 9, true, None), element(2, 13, true, None)];
+        let plain = join_responses(
+            vec![element(1, 9, false, None), element(2, 13, false, None)],
+            None,
+            |_| None,
+        )
+        .unwrap();
+        let mut frame =
+            join_responses(responses, Some((&cipher, &[7; 16], 5)), |_| Some(&session)).unwrap();
+        assert_eq!(frame.len(), TRANSFORM_LEN + 160);
+        assert_eq!(crate::crypto::transform_session_id(&frame), Some(5));
+        let opened = cipher.open_frame(&mut frame).unwrap();
+        assert_eq!(
+            opened,
+            plain.as_slice(),
+            "the compound as it would go out unsigned"
+        );
+
+        let mut lone = join_responses(
+            vec![element(4, 3, true, None)],
+            Some((&cipher, &[8; 16], 5)),
+            |_| Some(&session),
+        )
+        .unwrap();
+        let opened = cipher.open_frame(&mut lone).unwrap();
+        assert_eq!(opened.len(), HEADER_LEN + 3);
+        assert!(!Header::decode(opened).unwrap().is_signed());
     }
 }
