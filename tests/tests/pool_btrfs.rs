@@ -72,6 +72,17 @@ impl Loops {
         }
         l
     }
+
+    /// Formats loop device `i` with btrfs and mounts it at `name` in the temporary
+    /// directory; the mount is released with the devices.
+    fn mount_btrfs(&mut self, i: usize, name: &str) -> PathBuf {
+        let mnt = self.dir.path().join(name);
+        std::fs::create_dir(&mnt).expect("mount point");
+        sh("mkfs.btrfs", &["-q", "-f", &self.devs[i]]);
+        sh("mount", &[&self.devs[i], &mnt.to_string_lossy()]);
+        self.mounts.push(mnt.clone());
+        mnt
+    }
 }
 
 impl Drop for Loops {
@@ -255,11 +266,7 @@ fn btrfs_raid10_pool_quota_scrub_failure_replace_restart() {
     // A device of this test's own, mounted, is shown busy and refused even with force.
     // (Never another process's device: a test must not format what it does not own.)
     let busy = loops.devs[5].clone();
-    let busy_mnt = loops.dir.path().join("busy");
-    std::fs::create_dir(&busy_mnt).expect("mount point");
-    sh("mkfs.btrfs", &["-q", "-f", &busy]);
-    sh("mount", &[&busy, &busy_mnt.to_string_lossy()]);
-    loops.mounts.push(busy_mnt.clone());
+    let busy_mnt = loops.mount_btrfs(5, "busy");
     let (s, devices) = api.get("/api/v1/devices").unwrap();
     assert_eq!(s, 200, "{devices}");
     let shown = devices
@@ -958,11 +965,7 @@ fn btrfs_directory_pool_makes_volumes_nocow() {
         return;
     }
     let mut loops = Loops::new(1);
-    let mnt = loops.dir.path().join("disk");
-    std::fs::create_dir(&mnt).expect("mount point");
-    sh("mkfs.btrfs", &["-q", "-f", &loops.devs[0]]);
-    sh("mount", &[&loops.devs[0], &mnt.to_string_lossy()]);
-    loops.mounts.push(mnt.clone());
+    let mnt = loops.mount_btrfs(0, "disk");
     let data = mnt.join("data");
     let q = QuarryProcess::start_in(&data).expect("quarry starts");
     let api = q.admin().expect("admin");
