@@ -15,6 +15,16 @@ use serde_json::Value;
 pub const ADMIN_PASSWORD: &str = "quarry-test-admin";
 /// How long to wait for a started appliance to answer its health check.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How many times a start that lost one of its ports to another process is tried.
+const START_ATTEMPTS: u32 = 3;
+
+/// Why one start of quarry failed.
+enum Launch {
+    /// quarry exited because another process took one of its ports (its log attached).
+    PortTaken(String),
+    /// Anything else.
+    Failed(anyhow::Error),
+}
 
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
 
@@ -205,15 +215,41 @@ impl QuarryProcess {
     }
 
     /// Starts `bin` on `data` with extra environment and SMB addresses, and waits until
-    /// it answers its health check.
+    /// it answers its health check. Free ports are found by binding and releasing them, so
+    /// another process (a parallel test's server or outgoing connection) can take one
+    /// before quarry binds it; quarry then exits saying it cannot bind, and the start is
+    /// tried again on other ports, up to [`START_ATTEMPTS`] times.
     fn launch(
         bin: &Path,
         data: &Path,
         env: &[(&str, &str)],
         more_smb: &[std::net::IpAddr],
     ) -> anyhow::Result<QuarryProcess> {
-        std::fs::create_dir_all(data)?;
-        let [http, smb, nvme, https] = free_ports::<4>()?;
+        let mut attempt = 1;
+        loop {
+            match Self::launch_once(bin, data, env, more_smb) {
+                Err(Launch::PortTaken(log)) if attempt < START_ATTEMPTS => {
+                    eprintln!("quarry lost a port race on start (attempt {attempt}); retrying on other ports:\n{log}");
+                    attempt += 1;
+                }
+                Err(Launch::PortTaken(log)) => {
+                    bail!("quarry could not bind its ports in {START_ATTEMPTS} attempts; last log:\n{log}")
+                }
+                Err(Launch::Failed(e)) => return Err(e),
+                Ok(p) => return Ok(p),
+            }
+        }
+    }
+
+    /// One start of `bin` on freshly chosen ports (see [`QuarryProcess::launch`]).
+    fn launch_once(
+        bin: &Path,
+        data: &Path,
+        env: &[(&str, &str)],
+        more_smb: &[std::net::IpAddr],
+    ) -> Result<QuarryProcess, Launch> {
+        std::fs::create_dir_all(data).map_err(|e| Launch::Failed(e.into()))?;
+        let [http, smb, nvme, https] = free_ports::<4>().map_err(Launch::Failed)?;
         let (http, smb, nvme, https): (SocketAddr, SocketAddr, SocketAddr, SocketAddr) = (
             ([127, 0, 0, 1], http).into(),
             ([127, 0, 0, 1], smb).into(),
@@ -221,7 +257,7 @@ impl QuarryProcess {
             ([127, 0, 0, 1], https).into(),
         );
         let log = data.with_extension(format!("log.{}", http.port()));
-        let log_file = std::fs::File::create(&log)?;
+        let log_file = std::fs::File::create(&log).map_err(|e| Launch::Failed(e.into()))?;
         // systemd sets WATCHDOG_PID to the service's pid; a shell that execs the binary
         // keeps its pid, so it can do the same for tests that ask for a watchdog.
         let mut cmd = if env.iter().any(|(k, _)| *k == "WATCHDOG_USEC") {
@@ -257,7 +293,10 @@ impl QuarryProcess {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().context("spawning quarry")?;
+        let child = cmd
+            .spawn()
+            .context("spawning quarry")
+            .map_err(Launch::Failed)?;
         let mut p = QuarryProcess {
             child: Some(child),
             _tempdir: None,
@@ -268,8 +307,21 @@ impl QuarryProcess {
             https,
             log,
         };
-        p.wait_healthy()?;
-        Ok(p)
+        match p.wait_healthy() {
+            Ok(()) => Ok(p),
+            // quarry names the listener it could not bind (serve.rs, `bind`) and exits.
+            Err(_) if p.exited() && p.log_text().contains("cannot bind") => {
+                Err(Launch::PortTaken(p.log_text()))
+            }
+            Err(e) => Err(Launch::Failed(e)),
+        }
+    }
+
+    /// Whether the process has exited (and been reaped).
+    fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
     }
 
     fn wait_healthy(&mut self) -> anyhow::Result<()> {

@@ -1,6 +1,7 @@
 //! The foundation's acceptance flows against the real `quarry` binary: CRUD of users,
 //! tokens and shares with audit rows, persistence across a restart, the 4xx contract,
-//! first-start credentials, bind failures, and crash safety of the config database.
+//! first-start credentials, bind failures (and the harness's retry when a chosen port is
+//! taken before quarry binds it), and crash safety of the config database.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -336,6 +337,66 @@ fn bind_failure_is_one_line_naming_the_flag() {
         last.contains("--smb-listen") && last.contains(&port.to_string()),
         "{stderr}"
     );
+}
+
+/// The test harness's start survives losing a port between choosing it and quarry binding
+/// it (a parallel test can take it): the first start finds its HTTP port held by another
+/// process, quarry exits with its bind error, and the harness starts it again on other
+/// ports.
+#[test]
+fn harness_start_retries_a_port_taken_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("first-start-done");
+    // Holds the HTTP port it is given for 10 s, then exits.
+    let holder = dir.path().join("hold.py");
+    std::fs::write(
+        &holder,
+        "import socket, sys, time\n\
+         host, port = sys.argv[1].rsplit(':', 1)\n\
+         s = socket.socket(); s.bind((host, int(port))); s.listen(1)\n\
+         open(sys.argv[2], 'w').close()\n\
+         time.sleep(10)\n",
+    )
+    .unwrap();
+    // On its first run the wrapper has the port taken before quarry starts.
+    let wrapper = dir.path().join("quarry-once-busy");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\n\
+             prev=\n\
+             for a in \"$@\"; do [ \"$prev\" = --http-listen ] && http=$a; prev=$a; done\n\
+             if [ ! -e {first:?} ]; then\n\
+               python3 {holder:?} \"$http\" {first:?} &\n\
+               while [ ! -e {first:?} ]; do sleep 0.05; done\n\
+             fi\n\
+             exec {bin:?} \"$@\"\n",
+            bin = quarry_bin().unwrap(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let q = QuarryProcess::start_binary(&wrapper).unwrap();
+    assert!(first.exists(), "the first start did not meet a busy port");
+    assert!(
+        std::fs::read_dir(q.data.parent().unwrap())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.starts_with("data.log.")
+                    && std::fs::read_to_string(e.path())
+                        .unwrap_or_default()
+                        .contains("cannot bind the HTTP")
+            }),
+        "no start failed on its busy port"
+    );
+    assert_eq!(q.admin().unwrap().get("/api/v1/health").unwrap().0, 200);
+    assert_eq!(q_stop(q), 0);
 }
 
 /// `kill -9` during 200 concurrent writes: the database opens, passes the integrity
