@@ -2,7 +2,8 @@
 //! test in [`PASSING`] must pass. The list is the subset of `../shared/smb/torture-samba-pass.txt`
 //! (the tests that pass against Samba here) that Quarry passes today; a test leaves the list
 //! only by a deliberate change, and a few tests Samba skips (it lacks the feature) are here
-//! because Quarry has it.
+//! because Quarry has it. The tests run [`PARALLEL`] at a time against one Quarry, each
+//! suite in its own order on a share of its own (see [`Group`]).
 
 use std::process::Command;
 use std::time::Duration;
@@ -421,6 +422,115 @@ const PASSING: &[&str] = &[
     "smb2.timestamps.time_t_4294967295",
 ];
 
+/// How many smbtorture processes run at once. Most of a test's time is waiting (for break
+/// timeouts, reconnects, its own sleeps), so on the suite's 2-core CI machine eight at once
+/// take a fraction of the one-after-the-other time (about 500 s there).
+const PARALLEL: usize = 8;
+
+/// Tests that take 10 s or more (mostly waiting out break and reconnect timeouts). Each
+/// runs alone on a share of its own, beside the suites, so that none lengthens its suite's
+/// run (the longest suite, `smb2.lease`, sets the whole run's length).
+const SLOW: &[&str] = &[
+    "smb2.lease.timeout",
+    "smb2.oplock.batch22a",
+    "smb2.durable-open.lease",
+    "smb2.durable-open.open2-lease",
+    "smb2.durable-open.open2-oplock",
+    "smb2.lease.oplock",
+    "smb2.lease.break",
+    "smb2.compound_find.compound_find_close",
+    "smb2.replay.dhv2-pending1n-vs-violation-lease-close-sane",
+    "smb2.replay.dhv2-pending1n-vs-violation-lease-ack-sane",
+    "smb2.create.bench-path-contention-shared",
+    "smb2.dir.large-files",
+];
+
+/// Tests run one after the other, in [`PASSING`]'s order, on a share of their own: the
+/// other tests of one suite (`smb2.acls`, `smb2.lease`, ...), or one [`SLOW`] test. Tests of
+/// a suite reuse file and directory names and may leave some behind, so they keep the
+/// order they passed in, and no other suite's leftovers are in their share.
+struct Group {
+    share: String,
+    tests: Vec<&'static str>,
+}
+
+/// [`PASSING`] cut into [`Group`]s: the suites with the most tests first (they take
+/// longest), then the [`SLOW`] tests, which end well before the longest suite.
+fn groups() -> Vec<Group> {
+    let suite_of = |t: &str| {
+        t.rsplit_once('.')
+            .map_or(t.to_string(), |(s, _)| s.to_string())
+    };
+    let mut groups: Vec<Group> = Vec::new();
+    let mut slow = Vec::new();
+    for &t in PASSING {
+        if SLOW.contains(&t) {
+            slow.push(t);
+            continue;
+        }
+        match groups.last_mut() {
+            Some(g) if g.tests.first().is_some_and(|f| suite_of(f) == suite_of(t)) => {
+                g.tests.push(t)
+            }
+            _ => groups.push(Group {
+                share: String::new(),
+                tests: vec![t],
+            }),
+        }
+    }
+    groups.sort_by_key(|g| std::cmp::Reverse(g.tests.len()));
+    let singles = slow.into_iter().map(|t| Group {
+        share: String::new(),
+        tests: vec![t],
+    });
+    let mut all: Vec<Group> = groups.into_iter().chain(singles).collect();
+    for (i, g) in all.iter_mut().enumerate() {
+        g.share = format!("torture{i}");
+    }
+    all
+}
+
+/// One test's run: its name, whether it passed (with the end of its output if not), and
+/// how long it took.
+struct Ran {
+    name: &'static str,
+    failure: Option<String>,
+    took: Duration,
+}
+
+/// Runs one smbtorture test against `share` and reads its verdict from the output.
+fn run_one(port: u16, share: &str, t: &'static str, cwd: &std::path::Path) -> Ran {
+    let started = std::time::Instant::now();
+    let out = Command::new("timeout")
+        .arg(PER_TEST_TIMEOUT.as_secs().to_string())
+        .arg("smbtorture")
+        .arg(format!("//127.0.0.1/{share}"))
+        .args(["-p", &port.to_string(), "-U", &format!("{USER}%{PASS}")])
+        .arg(t)
+        .current_dir(cwd)
+        .output()
+        .expect("smbtorture runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let name = t.rsplit('.').next().unwrap_or(t);
+    let ok = text.lines().any(|l| l.trim() == format!("success: {name}"))
+        && !text
+            .lines()
+            .any(|l| l.starts_with("failure:") || l.starts_with("error:"));
+    let failure = (!ok).then(|| {
+        let tail: Vec<&str> = text.lines().rev().take(6).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+    });
+    Ran {
+        name: t,
+        failure,
+        took: started.elapsed(),
+    }
+}
+
 #[test]
 fn smbtorture_suites_pass() {
     if Command::new("smbtorture")
@@ -434,43 +544,72 @@ fn smbtorture_suites_pass() {
     let api = q.admin().expect("admin login");
     api.create("/api/v1/users", &json!({"name": USER, "password": PASS}))
         .unwrap();
-    api.create("/api/v1/shares", &json!({"name": "torture"}))
-        .unwrap();
-    let cwd = tempfile::tempdir().unwrap();
-    let mut failed = Vec::new();
-    for t in PASSING {
-        let out = Command::new("timeout")
-            .arg(PER_TEST_TIMEOUT.as_secs().to_string())
-            .arg("smbtorture")
-            .arg("//127.0.0.1/torture")
-            .args([
-                "-p",
-                &q.smb.port().to_string(),
-                "-U",
-                &format!("{USER}%{PASS}"),
-            ])
-            .arg(t)
-            .current_dir(cwd.path())
-            .output()
-            .expect("smbtorture runs");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let name = t.rsplit('.').next().unwrap_or(t);
-        let ok = text.lines().any(|l| l.trim() == format!("success: {name}"))
-            && !text
-                .lines()
-                .any(|l| l.starts_with("failure:") || l.starts_with("error:"));
-        if !ok {
-            let tail: Vec<&str> = text.lines().rev().take(6).collect();
-            failed.push(format!(
-                "{t}: {}",
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            ));
-        }
+    let groups = groups();
+    for g in &groups {
+        api.create("/api/v1/shares", &json!({"name": g.share}))
+            .unwrap();
     }
+    let port = q.smb.port();
+    let queue = std::sync::Mutex::new(groups.iter());
+    let ran: Vec<Ran> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..PARALLEL)
+            .map(|_| {
+                let queue = &queue;
+                scope.spawn(move || {
+                    let cwd = tempfile::tempdir().unwrap();
+                    let mut ran = Vec::new();
+                    loop {
+                        let next = queue.lock().unwrap().next();
+                        let Some(g) = next else { break ran };
+                        for &t in &g.tests {
+                            ran.push(run_one(port, &g.share, t, cwd.path()));
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    assert_eq!(ran.len(), PASSING.len(), "every test ran once");
+    assert!(
+        SLOW.iter().all(|t| PASSING.contains(t)),
+        "SLOW names only tests of PASSING"
+    );
+    let mut slowest: Vec<&Ran> = ran.iter().collect();
+    slowest.sort_by_key(|r| std::cmp::Reverse(r.took));
+    for r in slowest.iter().take(10) {
+        eprintln!("slow: {} {:.1} s", r.name, r.took.as_secs_f64());
+    }
+    let mut suites: Vec<(&Group, Duration)> = groups
+        .iter()
+        .map(|g| {
+            let took = ran
+                .iter()
+                .filter(|r| g.tests.contains(&r.name))
+                .map(|r| r.took)
+                .sum();
+            (g, took)
+        })
+        .collect();
+    suites.sort_by_key(|(_, took)| std::cmp::Reverse(*took));
+    for (g, took) in suites.iter().take(5) {
+        let suite = g
+            .tests
+            .first()
+            .map_or("", |t| t.rsplit_once('.').map_or(*t, |(s, _)| s));
+        eprintln!(
+            "slow suite: {suite} ({} tests) {:.1} s",
+            g.tests.len(),
+            took.as_secs_f64()
+        );
+    }
+    let failed: Vec<String> = ran
+        .iter()
+        .filter_map(|r| r.failure.as_ref().map(|f| format!("{}: {f}", r.name)))
+        .collect();
     assert!(
         failed.is_empty(),
         "{} of {} smbtorture tests failed:\n{}",
