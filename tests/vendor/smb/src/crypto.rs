@@ -1,4 +1,11 @@
 mod encryption;
+// Quarry's patch (QUARRY-PATCH.md, 4).
+#[cfg(any(
+    feature = "sign_gmac",
+    feature = "encrypt_aes128gcm",
+    feature = "encrypt_aes256gcm"
+))]
+mod fast_gcm;
 mod kbkdf;
 mod signing;
 

@@ -62,6 +62,14 @@ pub trait SigningAlgo: std::fmt::Debug + Send + Sync {
     /// Clone the algo into a boxed trait object.
     /// See [EncryptionAlgo::clone_box](super::encryption::EncryptingAlgo::clone_box) for more information.
     fn clone_box(&self) -> Box<dyn SigningAlgo>;
+
+    /// Quarry's patch (QUARRY-PATCH.md, 6): the signature of `msg`, a whole message whose
+    /// Signature field the caller has zeroed, in one call instead of a session of
+    /// [SigningAlgo::start], [SigningAlgo::update] and [SigningAlgo::finalize]; `None`
+    /// when the algorithm has no such path (the caller then runs the session).
+    fn tag_contiguous(&mut self, _header: &Header, _msg: &[u8]) -> Option<u128> {
+        None
+    }
 }
 
 #[cfg(feature = "sign_hmac")]
@@ -140,6 +148,7 @@ mod cmac_signer {
 #[cfg(feature = "sign_gmac")]
 mod gmac_signer {
     use crate::sync_helpers::OnceCell;
+    use std::sync::Arc;
 
     use aes::Aes128;
     use aes_gcm::{
@@ -156,10 +165,21 @@ mod gmac_signer {
     #[derive(Clone)]
     pub struct Gmac128Signer {
         gmac: Aes128Gcm,
+        // Quarry's patch: graviola's AES-GCM computes the tag when this CPU has what it
+        // needs (see `crate::crypto::fast_gcm`); shared by the clones made per message.
+        fast: Option<Arc<graviola::aead::AesGcm>>,
         nonce: OnceCell<Gmac128Nonce>,
         // no online mode implemented un RustCrypto,
         // so we'll buffer the input until finalized().
         buffer: Vec<u8>,
+    }
+
+    // Quarry's patch: the buffer of a finished tag is kept for the thread's next message,
+    // so that each signed 8 MiB message does not allocate (and fault in) 8 MiB anew.
+    // Buffers larger than this are dropped instead of kept.
+    const KEPT_BUFFER_MAX: usize = 16 * 1024 * 1024 + 4096;
+    std::thread_local! {
+        static KEPT_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
     }
 
     #[allow(dead_code)]
@@ -183,6 +203,8 @@ mod gmac_signer {
             let key = Key::<Aes128>::from(*key);
             Box::new(Gmac128Signer {
                 gmac: Aes128Gcm::new(&key),
+                fast: crate::crypto::fast_gcm::supported()
+                    .then(|| Arc::new(graviola::aead::AesGcm::new(&key[..]))),
                 nonce: OnceCell::new(),
                 buffer: vec![],
             })
@@ -209,11 +231,25 @@ mod gmac_signer {
             debug_assert!(self.nonce.get().is_some());
 
             // Currently buffered until finalized.
+            if self.buffer.capacity() == 0 {
+                self.buffer = KEPT_BUFFER.take();
+            }
             self.buffer.extend_from_slice(data);
         }
 
         fn finalize(&mut self) -> u128 {
             debug_assert!(self.nonce.get().is_some());
+
+            if let Some(fast) = &self.fast {
+                let mut tag = [0u8; 16];
+                fast.encrypt(self.nonce.get().unwrap(), &self.buffer, &mut [], &mut tag);
+                let mut buffer = std::mem::take(&mut self.buffer);
+                if buffer.capacity() <= KEPT_BUFFER_MAX {
+                    buffer.clear();
+                    KEPT_BUFFER.set(buffer);
+                }
+                return u128::from_le_bytes(tag);
+            }
 
             let mut empty_data: Vec<u8> = vec![];
             let result = self
@@ -229,6 +265,14 @@ mod gmac_signer {
 
         fn clone_box(&self) -> Box<dyn SigningAlgo> {
             Box::new(self.clone())
+        }
+
+        // Quarry's patch (QUARRY-PATCH.md, 6): graviola tags the message where it lies.
+        fn tag_contiguous(&mut self, header: &Header, msg: &[u8]) -> Option<u128> {
+            let fast = self.fast.as_ref()?;
+            let mut tag = [0u8; 16];
+            fast.encrypt(&Self::make_nonce(header), msg, &mut [], &mut tag);
+            Some(u128::from_le_bytes(tag))
         }
     }
 

@@ -7,6 +7,10 @@ use crate::{Error, crypto};
 use smb_msg::Header;
 use smb_transport::IoVec;
 
+/// Quarry's patch (QUARRY-PATCH.md, 6): where a message's Signature field lies in its
+/// header (MS-SMB2 2.2.1).
+const SIGNATURE_FIELD: std::ops::Range<usize> = 48..64;
+
 /// A struct for writing and verifying SMB message signatures.
 ///
 /// This struct is NOT thread-safe, use clones for concurrent access.
@@ -23,7 +27,27 @@ impl MessageSigner {
     /// Verifies the signature of a message.
     ///
     /// This function assumes that the provided raw_data contains the plain message header at the beginning of the first buffer.
-    pub fn verify_signature(&mut self, header: &mut Header, data: &IoVec) -> crate::Result<()> {
+    pub fn verify_signature(&mut self, header: &mut Header, data: &mut IoVec) -> crate::Result<()> {
+        // Quarry's patch (tests/vendor/smb/QUARRY-PATCH.md, 6): a message received whole
+        // is checked where it lies, its Signature field zeroed for the while, when the
+        // algorithm can tag one contiguous message (AES-GMAC through graviola); otherwise
+        // it is copied into the algorithm piece by piece, as before.
+        if let [smb_transport::IoVecBuf::Owned(msg)] = &mut data[..] {
+            if let Some(field) = msg.get_mut(SIGNATURE_FIELD) {
+                let received = <[u8; 16]>::try_from(&*field).unwrap_or_default();
+                field.fill(0);
+                let tag = self.signing_algo.tag_contiguous(header, msg);
+                if let Some(field) = msg.get_mut(SIGNATURE_FIELD) {
+                    field.copy_from_slice(&received);
+                }
+                if let Some(calculated_signature) = tag {
+                    if calculated_signature != header.signature {
+                        return Err(Error::SignatureVerificationFailed);
+                    }
+                    return Ok(());
+                }
+            }
+        }
         let calculated_signature = self._calculate_signature(header, data)?;
         if calculated_signature != header.signature {
             return Err(Error::SignatureVerificationFailed);
