@@ -74,22 +74,29 @@ pub struct Conn {
     share: UncPath,
 }
 
+/// A client of the `smb` crate for a server on 127.0.0.1:`port` that requires encryption
+/// of every message when `encrypt` is set (a session the server does not encrypt then
+/// fails) and otherwise signs; `credits` as [`Target::credits`].
+pub fn crate_client(port: u16, encrypt: bool, credits: Option<u16>) -> Client {
+    Client::new(ClientConfig {
+        connection: ConnectionConfig {
+            port: Some(port),
+            encryption_mode: if encrypt {
+                EncryptionMode::Required
+            } else {
+                EncryptionMode::Allowed
+            },
+            credits_backlog: credits,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+}
+
 impl Target {
     /// Connects a new client (negotiate, session setup, tree connect).
     pub async fn connect(&self) -> anyhow::Result<Conn> {
-        let client = Client::new(ClientConfig {
-            connection: ConnectionConfig {
-                port: Some(self.port),
-                encryption_mode: if self.encrypt {
-                    EncryptionMode::Required
-                } else {
-                    EncryptionMode::Allowed
-                },
-                credits_backlog: self.credits,
-                ..Default::default()
-            },
-            ..Default::default()
-        });
+        let client = crate_client(self.port, self.encrypt, self.credits);
         let share = UncPath::from_str(&format!(r"\\127.0.0.1:{}\{}", self.port, self.share))
             .context("share path")?;
         client

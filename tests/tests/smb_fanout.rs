@@ -10,13 +10,10 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
-use quarry_tests::smb_workloads::write_then_read_back;
+use quarry_tests::smb_workloads::{crate_client, write_then_read_back};
 use quarry_tests::{xorshift_bytes, QuarryProcess};
 use serde_json::json;
-use smb::connection::EncryptionMode;
-use smb::{
-    Client, ClientConfig, ConnectionConfig, FileAccessMask, FileCreateArgs, ReadAt, UncPath,
-};
+use smb::{Client, FileAccessMask, FileCreateArgs, ReadAt, UncPath};
 use tokio::sync::Barrier;
 
 const USER: &str = "fan";
@@ -32,18 +29,7 @@ const PIECE: usize = 1 << 20;
 const SETTLED_AFTER: std::time::Duration = std::time::Duration::from_millis(3_200);
 
 fn client(port: u16, encrypt: bool) -> Client {
-    Client::new(ClientConfig {
-        connection: ConnectionConfig {
-            port: Some(port),
-            encryption_mode: if encrypt {
-                EncryptionMode::Required
-            } else {
-                EncryptionMode::Allowed
-            },
-            ..Default::default()
-        },
-        ..Default::default()
-    })
+    crate_client(port, encrypt, None)
 }
 
 /// `quarry_smb_shared_read_bytes_total` as `/metrics` reports it now.

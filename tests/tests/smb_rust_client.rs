@@ -26,11 +26,10 @@ use std::time::Duration;
 
 use quarry_tests::samba::{Smbd, SmbdConfig};
 use quarry_tests::smb_workloads::{
-    small_write, write_then_read_back, write_then_read_back_in, Target,
+    crate_client, small_write, write_then_read_back, write_then_read_back_in, Target,
 };
 use quarry_tests::{free_port, xorshift_bytes, QuarryProcess};
 use serde_json::{json, Value};
-use smb::connection::EncryptionMode;
 use smb::{Client, ClientConfig, ConnectionConfig, UncPath};
 
 const USER: &str = "rusty";
@@ -247,19 +246,7 @@ fn smb_crate_keeps_the_credits_samba_grants_in_interim_responses() {
     /// hand.
     const PIECE: usize = 8 * 1024 * 1024;
     const LEN: usize = 8 * PIECE;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port().expect("free port");
-    let _smbd = Smbd::start(
-        dir.path(),
-        &SmbdConfig {
-            port,
-            share: "ref",
-            user: USER,
-            password: PASS,
-            aio_from: 1,
-        },
-    )
-    .expect("smbd starts");
+    let (_dir, _smbd, port) = private_smbd(USER, PASS);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let client = Client::new(ClientConfig {
@@ -283,6 +270,25 @@ fn smb_crate_keeps_the_credits_samba_grants_in_interim_responses() {
     });
 }
 
+/// A private `smbd` on a free loopback port with share `ref` (asynchronous I/O for every
+/// READ and WRITE) and one user: its directory, the running server, and the port.
+fn private_smbd(user: &str, password: &str) -> (tempfile::TempDir, Smbd, u16) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port().expect("free port");
+    let smbd = Smbd::start(
+        dir.path(),
+        &SmbdConfig {
+            port,
+            share: "ref",
+            user,
+            password,
+            aio_from: 1,
+        },
+    )
+    .expect("smbd starts");
+    (dir, smbd, port)
+}
+
 /// Our copy of the crate signs and seals with graviola's AES-GCM, takes an encrypted
 /// message's ciphertext out of its buffer without binrw, and checks a signature where the
 /// message lies (tests/vendor/smb/QUARRY-PATCH.md, 4 to 6); its transport fills buffers it
@@ -296,34 +302,11 @@ fn smb_crate_signs_and_seals_with_samba() {
     const USER: &str = "quarryseal";
     const PASS: &str = "seal-Secret-4";
     const PIECE: usize = 8 * 1024 * 1024;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port().expect("free port");
-    let _smbd = Smbd::start(
-        dir.path(),
-        &SmbdConfig {
-            port,
-            share: "ref",
-            user: USER,
-            password: PASS,
-            aio_from: 1,
-        },
-    )
-    .expect("smbd starts");
+    let (_dir, _smbd, port) = private_smbd(USER, PASS);
     let rt = tokio::runtime::Runtime::new().unwrap();
     for (encrypt, seed) in [(false, 5), (true, 6)] {
         rt.block_on(async {
-            let client = Client::new(ClientConfig {
-                connection: ConnectionConfig {
-                    port: Some(port),
-                    encryption_mode: if encrypt {
-                        EncryptionMode::Required
-                    } else {
-                        EncryptionMode::Allowed
-                    },
-                    ..Default::default()
-                },
-                ..Default::default()
-            });
+            let client = crate_client(port, encrypt, None);
             let share = UncPath::from_str(&format!(r"\\127.0.0.1:{port}\ref")).unwrap();
             // Two whole 8 MiB requests and a short tail each way.
             let data = xorshift_bytes(2 * PIECE + 4097, seed);
