@@ -264,28 +264,27 @@ impl Transformer {
     /// transform header is parsed alone, and its ciphertext is moved to the front of the
     /// buffer it came in. `Response::try_from` would parse the ciphertext with binrw's
     /// `until_eof`, one byte at a time into a growing vector: two thirds of the client's
-    /// CPU in an encrypted read of 8 MiB messages. Any other message is returned as is.
-    fn parse_incoming(mut data: Vec<u8>) -> crate::Result<ParsedIncoming> {
+    /// CPU in an encrypted read of 8 MiB messages. Any other message is parsed by
+    /// `Response::try_from`, as before. Returns the message and the buffer it was parsed
+    /// from (empty for an encrypted message, which holds the buffer itself).
+    fn parse_incoming(mut data: Vec<u8>) -> crate::Result<(Response, Vec<u8>)> {
         let header_len = EncryptedHeader::STRUCTURE_SIZE;
         if data.len() < header_len || !data.starts_with(b"\xfdSMB") {
-            return Ok(ParsedIncoming::Other(data));
+            return Ok((Response::try_from(data.as_ref())?, data));
         }
         let header = EncryptedHeader::read(&mut Cursor::new(&data[..header_len]))?;
         data.copy_within(header_len.., 0);
         data.truncate(data.len() - header_len);
-        Ok(ParsedIncoming::Encrypted(EncryptedMessage {
+        let message = EncryptedMessage {
             header,
             encrypted_message: data,
-        }))
+        };
+        Ok((Response::Encrypted(message), Vec::new()))
     }
 
     /// Transforms an incoming message buffer to an [`IncomingMessage`].
     pub async fn transform_incoming(&self, data: Vec<u8>) -> crate::Result<IncomingMessage> {
-        let message = Self::parse_incoming(data)?;
-        let (message, data) = match message {
-            ParsedIncoming::Encrypted(encrypted) => (Response::Encrypted(encrypted), Vec::new()),
-            ParsedIncoming::Other(data) => (Response::try_from(data.as_ref())?, data),
-        };
+        let (message, data) = Self::parse_incoming(data)?;
 
         let mut form = MessageForm::default();
 
@@ -523,12 +522,4 @@ pub enum TransformPhase {
     CompressDecompress,
     /// Encryption and decryption.
     EncryptDecrypt,
-}
-
-/// Quarry's patch (QUARRY-PATCH.md, 5): what [`Transformer::parse_incoming`] found.
-enum ParsedIncoming {
-    /// An encrypted message, its ciphertext in the buffer it came in.
-    Encrypted(EncryptedMessage),
-    /// Any other message, still to be parsed.
-    Other(Vec<u8>),
 }

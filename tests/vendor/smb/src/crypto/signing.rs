@@ -241,14 +241,13 @@ mod gmac_signer {
             debug_assert!(self.nonce.get().is_some());
 
             if let Some(fast) = &self.fast {
-                let mut tag = [0u8; 16];
-                fast.encrypt(self.nonce.get().unwrap(), &self.buffer, &mut [], &mut tag);
+                let tag = graviola_tag(fast, self.nonce.get().unwrap(), &self.buffer);
                 let mut buffer = std::mem::take(&mut self.buffer);
                 if buffer.capacity() <= KEPT_BUFFER_MAX {
                     buffer.clear();
                     KEPT_BUFFER.set(buffer);
                 }
-                return u128::from_le_bytes(tag);
+                return tag;
             }
 
             let mut empty_data: Vec<u8> = vec![];
@@ -270,10 +269,16 @@ mod gmac_signer {
         // Quarry's patch (QUARRY-PATCH.md, 6): graviola tags the message where it lies.
         fn tag_contiguous(&mut self, header: &Header, msg: &[u8]) -> Option<u128> {
             let fast = self.fast.as_ref()?;
-            let mut tag = [0u8; 16];
-            fast.encrypt(&Self::make_nonce(header), msg, &mut [], &mut tag);
-            Some(u128::from_le_bytes(tag))
+            Some(graviola_tag(fast, &Self::make_nonce(header), msg))
         }
+    }
+
+    // Quarry's patch (QUARRY-PATCH.md, 4): AES-GMAC (RFC 4543) through graviola's AES-GCM,
+    // `msg` as additional data and no plaintext.
+    fn graviola_tag(fast: &graviola::aead::AesGcm, nonce: &Gmac128Nonce, msg: &[u8]) -> u128 {
+        let mut tag = [0u8; 16];
+        fast.encrypt(nonce, msg, &mut [], &mut tag);
+        u128::from_le_bytes(tag)
     }
 
     impl std::fmt::Debug for Gmac128Signer {

@@ -29,30 +29,35 @@ impl MessageSigner {
     /// This function assumes that the provided raw_data contains the plain message header at the beginning of the first buffer.
     pub fn verify_signature(&mut self, header: &mut Header, data: &mut IoVec) -> crate::Result<()> {
         // Quarry's patch (tests/vendor/smb/QUARRY-PATCH.md, 6): a message received whole
-        // is checked where it lies, its Signature field zeroed for the while, when the
-        // algorithm can tag one contiguous message (AES-GMAC through graviola); otherwise
-        // it is copied into the algorithm piece by piece, as before.
-        if let [smb_transport::IoVecBuf::Owned(msg)] = &mut data[..] {
-            if let Some(field) = msg.get_mut(SIGNATURE_FIELD) {
-                let received = <[u8; 16]>::try_from(&*field).unwrap_or_default();
-                field.fill(0);
-                let tag = self.signing_algo.tag_contiguous(header, msg);
-                if let Some(field) = msg.get_mut(SIGNATURE_FIELD) {
-                    field.copy_from_slice(&received);
-                }
-                if let Some(calculated_signature) = tag {
-                    if calculated_signature != header.signature {
-                        return Err(Error::SignatureVerificationFailed);
-                    }
-                    return Ok(());
-                }
-            }
-        }
-        let calculated_signature = self._calculate_signature(header, data)?;
+        // is tagged where it lies when the algorithm can (AES-GMAC through graviola);
+        // otherwise it is copied into the algorithm piece by piece, as before.
+        let calculated_signature = match self.tag_in_place(header, data) {
+            Some(tag) => tag,
+            None => self._calculate_signature(header, data)?,
+        };
         if calculated_signature != header.signature {
             return Err(Error::SignatureVerificationFailed);
         }
         Ok(())
+    }
+
+    /// Quarry's patch (QUARRY-PATCH.md, 6): the tag of a message held in one owned buffer
+    /// of at least a header, with its Signature field zeroed for the while and then put
+    /// back; `None` when the message is held otherwise or the algorithm has no one-call
+    /// path ([crypto::SigningAlgo::tag_contiguous]).
+    fn tag_in_place(&mut self, header: &Header, data: &mut IoVec) -> Option<u128> {
+        let [smb_transport::IoVecBuf::Owned(msg)] = &mut data[..] else {
+            return None;
+        };
+        let field = msg.get_mut(SIGNATURE_FIELD)?;
+        let mut received = [0u8; 16];
+        received.copy_from_slice(field);
+        field.fill(0);
+        let tag = self.signing_algo.tag_contiguous(header, msg);
+        if let Some(field) = msg.get_mut(SIGNATURE_FIELD) {
+            field.copy_from_slice(&received);
+        }
+        tag
     }
 
     /// Signs a message.
