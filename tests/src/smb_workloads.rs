@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{ensure, Context};
+use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use smb::connection::EncryptionMode;
 use smb::{
@@ -105,6 +106,18 @@ impl Target {
             .with_context(|| format!("connecting to {share}"))?;
         set_nodelay_on_own_sockets();
         Ok(Conn { client, share })
+    }
+
+    /// This target with credits for `depth` requests of [`IO_MAX`] in flight per client
+    /// (a credit covers 64 KiB), or as it is for a depth of 1.
+    fn with_depth(&self, depth: usize) -> Target {
+        let credits = (depth > 1)
+            .then(|| u16::try_from(depth * (IO_MAX >> 16)).unwrap_or(u16::MAX))
+            .or(self.credits);
+        Target {
+            credits,
+            ..self.clone()
+        }
     }
 
     /// Connects `n` clients, one after the other.
@@ -255,22 +268,47 @@ impl Conn {
         Ok(n)
     }
 
-    /// Reads the file `rel` whole in [`IO_MAX`] requests, one at a time; returns its length.
-    async fn read_whole(&self, rel: &str, buf: &mut [u8]) -> anyhow::Result<u64> {
+    /// Reads the file `rel` whole; returns its length. Each request asks for one buffer's
+    /// length, and as many requests are in flight as `bufs` holds buffers (each request reads
+    /// into a buffer of its own): one buffer is a reader that waits for each answer; a
+    /// kernel client's readahead keeps several reads outstanding. Requests go out in file
+    /// order; a short answer has its rest asked for again, and the file's end is where an
+    /// answer brings nothing (the crate answers a read at or past the end it was told at
+    /// open without asking the server).
+    async fn read_whole(&self, rel: &str, bufs: &mut Vec<Vec<u8>>) -> anyhow::Result<u64> {
         let file = self.open_read(rel).await?;
-        let mut at = 0u64;
+        let file_ref = &file;
+        let mut in_flight = FuturesUnordered::new();
+        let mut rests: Vec<(u64, usize)> = Vec::new();
+        let (mut next, mut got, mut at_end) = (0u64, 0u64, false);
         loop {
-            let n = file
-                .read_block(buf, at, None, false)
-                .await
-                .with_context(|| format!("read {rel} at {at}"))?;
-            if n == 0 {
-                break;
+            while rests.len() + usize::from(!at_end) > 0 {
+                let Some(mut buf) = bufs.pop() else { break };
+                let (at, len) = rests.pop().unwrap_or_else(|| {
+                    let at = next;
+                    next += buf.len() as u64;
+                    (at, buf.len())
+                });
+                in_flight.push(async move {
+                    let n = file_ref.read_block(&mut buf[..len], at, None, false).await;
+                    (at, len, buf, n)
+                });
             }
-            at += n as u64;
+            let Some((at, len, buf, n)) = in_flight.next().await else {
+                break;
+            };
+            bufs.push(buf);
+            let n = n.with_context(|| format!("read {rel} at {at}"))?;
+            got += n as u64;
+            if n == 0 {
+                at_end = true;
+            } else if n < len {
+                rests.push((at + n as u64, len - n));
+            }
         }
+        drop(in_flight);
         file.close().await?;
-        Ok(at)
+        Ok(got)
     }
 
     /// Opens the existing `rel` for its attributes only, queries its standard information
@@ -435,13 +473,7 @@ pub async fn checkpoint_write(
     setup.mkdir("ckpt").await?;
     setup.close().await;
     let payloads = Arc::new(Payloads::new(0xc4e5));
-    // Credits for `depth` writes of the largest size (a credit covers 64 KiB).
-    let per_write = IO_MAX / (64 << 10);
-    let credits = (depth > 1).then(|| u16::try_from(depth * per_write).unwrap_or(u16::MAX));
-    let t = Target {
-        credits: credits.or(t.credits),
-        ..t.clone()
-    };
+    let t = t.with_depth(depth);
     let conns = t.connect_many(ranks).await?;
     let (per_rank, _) = run_tasks(conns, |r, conn| {
         let payloads = payloads.clone();
@@ -512,12 +544,17 @@ pub fn keep_freed_memory() {
 }
 
 /// Checkpoint restore: every rank reads its two files back whole (the caller drops the page
-/// cache first). Figure: total over the slowest rank's time.
-pub async fn checkpoint_read(t: &Target, ranks: usize, rank_mib: u64) -> anyhow::Result<Outcome> {
-    let conns = t.connect_many(ranks).await?;
+/// cache first), `depth` reads in flight. Figure: total over the slowest rank's time.
+pub async fn checkpoint_read(
+    t: &Target,
+    ranks: usize,
+    rank_mib: u64,
+    depth: usize,
+) -> anyhow::Result<Outcome> {
+    let conns = t.with_depth(depth).connect_many(ranks).await?;
     let (per_rank, _) = run_tasks(conns, |r, conn| async move {
         let start = Instant::now();
-        let mut buf = vec![0u8; IO_MAX];
+        let mut buf = read_buffers(depth, IO_MAX);
         let mut bytes = 0u64;
         for (name, len) in checkpoint_files(r, rank_mib) {
             let got = conn.read_whole(&name, &mut buf).await?;
@@ -528,6 +565,11 @@ pub async fn checkpoint_read(t: &Target, ranks: usize, rank_mib: u64) -> anyhow:
     })
     .await?;
     Ok(slowest(&per_rank))
+}
+
+/// `depth` zeroed buffers of `len` bytes for [`Conn::read_whole`]: one per read in flight.
+fn read_buffers(depth: usize, len: usize) -> Vec<Vec<u8>> {
+    (0..depth).map(|_| vec![0u8; len]).collect()
 }
 
 fn slowest(per_task: &[(u64, f64)]) -> Outcome {
@@ -550,11 +592,12 @@ pub fn training_set(count: usize, mean_mib: u64) -> Vec<(String, u64)> {
 }
 
 /// Training epoch (3D-UNet shape): `readers` tasks take the files in one shuffled order and
-/// read each whole. Figure: bytes over the epoch's time.
+/// read each whole, `depth` reads in flight. Figure: bytes over the epoch's time.
 pub async fn training_read(
     t: &Target,
     files: &[(String, u64)],
     readers: usize,
+    depth: usize,
 ) -> anyhow::Result<Outcome> {
     let mut order: Vec<usize> = (0..files.len()).collect();
     let mut rng = Rng::new(0x5f0f);
@@ -564,11 +607,11 @@ pub async fn training_read(
     let queue: Arc<Vec<(String, u64)>> =
         Arc::new(order.iter().map(|&i| files[i].clone()).collect());
     let next = Arc::new(AtomicUsize::new(0));
-    let conns = t.connect_many(readers).await?;
+    let conns = t.with_depth(depth).connect_many(readers).await?;
     let (per_reader, secs) = run_tasks(conns, |_, conn| {
         let (queue, next) = (queue.clone(), next.clone());
         async move {
-            let mut buf = vec![0u8; IO_MAX];
+            let mut buf = read_buffers(depth, IO_MAX);
             let mut bytes = 0u64;
             while let Some((name, len)) = queue.get(next.fetch_add(1, Ordering::Relaxed)) {
                 let got = conn.read_whole(name, &mut buf).await?;
@@ -582,20 +625,21 @@ pub async fn training_read(
     Ok(Outcome::throughput(per_reader.iter().sum(), secs))
 }
 
-/// Inference fan-out: `readers` clients read the same weights file whole at once.
-/// Figure: aggregate bytes over the time until the last reader is done.
+/// Inference fan-out: `readers` clients read the same weights file whole at once, `depth`
+/// reads in flight each. Figure: aggregate bytes over the time until the last reader is done.
 pub async fn fanout_read(
     t: &Target,
     file: &str,
     len: u64,
     readers: usize,
+    depth: usize,
 ) -> anyhow::Result<Outcome> {
-    let conns = t.connect_many(readers).await?;
+    let conns = t.with_depth(depth).connect_many(readers).await?;
     let name = Arc::new(file.to_string());
     let (per_reader, secs) = run_tasks(conns, |_, conn| {
         let name = name.clone();
         async move {
-            let mut buf = vec![0u8; IO_MAX];
+            let mut buf = read_buffers(depth, IO_MAX);
             let got = conn.read_whole(&name, &mut buf).await?;
             ensure!(got == len, "{name}: read {got} bytes of {len}");
             Ok(got)
@@ -692,7 +736,7 @@ pub async fn small_read(
 ) -> anyhow::Result<Outcome> {
     let conns = t.connect_many(workers).await?;
     let (per_worker, secs) = run_tasks(conns, |w, conn| async move {
-        let mut buf = vec![0u8; 128 * 1024];
+        let mut buf = read_buffers(1, 128 * 1024);
         let mut bytes = 0u64;
         for i in (w..files).step_by(workers) {
             let (name, len) = small_file(i, dirs);

@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use quarry_tests::samba::{Smbd, SmbdConfig};
 use quarry_tests::smb_workloads::{
-    crate_client, small_write, write_then_read_back, write_then_read_back_in, Target,
+    checkpoint_files, checkpoint_read, checkpoint_write, crate_client, fanout_read, small_write,
+    write_then_read_back, write_then_read_back_in, Target,
 };
 use quarry_tests::{free_port, xorshift_bytes, QuarryProcess};
 use serde_json::{json, Value};
@@ -230,6 +231,44 @@ fn smb_crate_listings_in_many_batches_always_end() {
         for l in listers {
             l.await.expect("lister");
         }
+    });
+}
+
+/// The bench's readers with several 8 MiB READs in flight (`smb_bench --read-depth`) read
+/// each file whole, no byte twice and none left out: files of 6 and 14 MiB (a partial last
+/// request, and fewer requests than the depth), read by ranks and by fan-out sessions
+/// three requests deep, sealed. Each workload checks every file's count against its length.
+#[test]
+fn bench_readers_with_reads_in_flight_read_every_byte() {
+    const RANKS: usize = 2;
+    const RANK_MIB: u64 = 20;
+    const DEPTH: usize = 3;
+    let (_dir, q) = appliance("aes-128-gcm");
+    let t = Target {
+        port: q.smb.port(),
+        share: "sealed".into(),
+        user: USER.into(),
+        password: PASS.into(),
+        encrypt: true,
+        credits: None,
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let run = async {
+            let wrote = checkpoint_write(&t, RANKS, RANK_MIB, 1).await?;
+            let read = checkpoint_read(&t, RANKS, RANK_MIB, DEPTH).await?;
+            let [_, (optimizer, len)] = checkpoint_files(1, RANK_MIB);
+            let fanned = fanout_read(&t, &optimizer, len, 3, DEPTH).await?;
+            anyhow::Ok((wrote.bytes, read.bytes, len, fanned.bytes))
+        };
+        let (wrote, read, len, fanned) = tokio::time::timeout(Duration::from_secs(120), run)
+            .await
+            .expect("the bench's readers stalled")
+            .expect("the bench's workloads");
+        assert_eq!(wrote, RANKS as u64 * (RANK_MIB << 20));
+        assert_eq!(read, wrote, "the ranks read back what they wrote");
+        assert_eq!(len, 14 << 20);
+        assert_eq!(fanned, 3 * len, "three sessions read the file whole");
     });
 }
 

@@ -59,6 +59,8 @@ struct Args {
     rank_mib: u64,
     /// Writes each checkpoint rank keeps in flight (1: each waits for the one before).
     write_depth: usize,
+    /// Reads each checkpoint rank, training reader and fan-out session keeps in flight.
+    read_depth: usize,
     train_files: usize,
     train_mib: u64,
     readers: usize,
@@ -83,7 +85,7 @@ struct Args {
     baseline: Option<PathBuf>,
 }
 
-const HELP: &str = "smb_bench [--ranks 8] [--rank-mib 512] [--write-depth 1] [--train-files 200] \
+const HELP: &str = "smb_bench [--ranks 8] [--rank-mib 512] [--write-depth 1] [--read-depth 1] [--train-files 200] \
 [--train-mib 16] [--readers 4] [--fanout 16] [--fanout-mib 2048] [--small-files 20000] \
 [--small-dirs 100] [--workers 8] [--list-entries 100000] [--xcheck-mib 512] [--runs 2] \
 [--only sign|encrypt] [--prefault-mib 0] [--out DIR] \
@@ -94,6 +96,7 @@ fn args() -> anyhow::Result<Args> {
         ranks: 8,
         rank_mib: 512,
         write_depth: 1,
+        read_depth: 1,
         train_files: 200,
         train_mib: 16,
         readers: 4,
@@ -117,6 +120,7 @@ fn args() -> anyhow::Result<Args> {
             "--ranks" => a.ranks = value()?.parse()?,
             "--rank-mib" => a.rank_mib = value()?.parse()?,
             "--write-depth" => a.write_depth = value()?.parse()?,
+            "--read-depth" => a.read_depth = value()?.parse()?,
             "--train-files" => a.train_files = value()?.parse()?,
             "--train-mib" => a.train_mib = value()?.parse()?,
             "--readers" => a.readers = value()?.parse()?,
@@ -150,6 +154,8 @@ fn args() -> anyhow::Result<Args> {
             && a.rank_mib >= 2
             && a.write_depth >= 1
             && a.write_depth <= 64
+            && a.read_depth >= 1
+            && a.read_depth <= 64
             && a.train_files >= 1
             && a.train_mib >= 1
             && a.readers >= 1
@@ -161,7 +167,7 @@ fn args() -> anyhow::Result<Args> {
             && a.workers >= 1
             && a.xcheck_mib >= 1
             && a.runs >= 1,
-        "every count must be at least 1, --rank-mib at least 2, --write-depth at most 64, \
+        "every count must be at least 1, --rank-mib at least 2, --write-depth and --read-depth at most 64, \
          --small-dirs at most 1000 and at most --small-files"
     );
     ensure!(
@@ -654,7 +660,7 @@ fn run_all(
         eprintln!("warning: could not drop the page cache (not root?): checkpoint read is warm");
     }
     figs.push(measure(a, server, 1, || {
-        rt.block_on(wl::checkpoint_read(&t, a.ranks, a.rank_mib))
+        rt.block_on(wl::checkpoint_read(&t, a.ranks, a.rank_mib, a.read_depth))
     })?);
     warm(
         train
@@ -662,11 +668,17 @@ fn run_all(
             .map(|(n, _)| server.share_dir.join(n.replace('\\', "/"))),
     )?;
     figs.push(measure(a, server, 2, || {
-        rt.block_on(wl::training_read(&t, train, a.readers))
+        rt.block_on(wl::training_read(&t, train, a.readers, a.read_depth))
     })?);
     warm([server.share_dir.join(WEIGHTS)])?;
     figs.push(measure(a, server, 3, || {
-        rt.block_on(wl::fanout_read(&t, WEIGHTS, a.fanout_mib << 20, a.fanout))
+        rt.block_on(wl::fanout_read(
+            &t,
+            WEIGHTS,
+            a.fanout_mib << 20,
+            a.fanout,
+            a.read_depth,
+        ))
     })?);
     let (files, dirs, workers) = (a.small_files, a.small_dirs, a.workers);
     figs.push(measure(a, server, 4, || {
@@ -757,11 +769,12 @@ fn main() -> anyhow::Result<()> {
         None => "Samba smbd".into(),
     };
     println!(
-        "SMB bench: quarry {} vs {versus}; client: the smb crate; {} ranks x {} MiB (write depth {}), {} training files of {} MiB ±50% ({} readers), fan-out {} x {} MiB, {} small files in {} dirs ({} workers), a {}-entry directory; best of {} A/B runs; raw output in {}",
+        "SMB bench: quarry {} vs {versus}; client: the smb crate; {} ranks x {} MiB (write depth {}), read depth {}, {} training files of {} MiB ±50% ({} readers), fan-out {} x {} MiB, {} small files in {} dirs ({} workers), a {}-entry directory; best of {} A/B runs; raw output in {}",
         quarry_bin.display(),
         a.ranks,
         a.rank_mib,
         a.write_depth,
+        a.read_depth,
         a.train_files,
         a.train_mib,
         a.readers,
