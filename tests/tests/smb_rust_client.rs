@@ -57,6 +57,18 @@ fn appliance(cipher: &str) -> (tempfile::TempDir, QuarryProcess) {
     (dir, q)
 }
 
+/// The bench's workloads' view of [`appliance`]'s sealed share, as `USER`.
+fn sealed_target(q: &QuarryProcess) -> Target {
+    Target {
+        port: q.smb.port(),
+        share: "sealed".into(),
+        user: USER.into(),
+        password: PASS.into(),
+        encrypt: true,
+        credits: None,
+    }
+}
+
 fn client() -> Client {
     Client::new(ClientConfig {
         connection: ConnectionConfig {
@@ -196,14 +208,7 @@ fn smb_crate_listings_in_many_batches_always_end() {
     /// Two entries a response, so a listing is many batches.
     const BUFFER: u32 = 256;
     let (_dir, q) = appliance("aes-128-gcm");
-    let t = Target {
-        port: q.smb.port(),
-        share: "sealed".into(),
-        user: USER.into(),
-        password: PASS.into(),
-        encrypt: true,
-        credits: None,
-    };
+    let t = sealed_target(&q);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
@@ -244,14 +249,7 @@ fn bench_readers_with_reads_in_flight_read_every_byte() {
     const RANK_MIB: u64 = 20;
     const DEPTH: usize = 3;
     let (_dir, q) = appliance("aes-128-gcm");
-    let t = Target {
-        port: q.smb.port(),
-        share: "sealed".into(),
-        user: USER.into(),
-        password: PASS.into(),
-        encrypt: true,
-        credits: None,
-    };
+    let t = sealed_target(&q);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let run = async {
