@@ -19,6 +19,7 @@
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::proto::framing::MAX_FRAME_LEN;
 use crate::proto::transform::TRANSFORM_LEN;
@@ -32,9 +33,19 @@ pub const HEADROOM: usize = TRANSFORM_LEN + HEADER_LEN;
 /// file offset modulo this, so a storage backend can read a large READ's block-aligned
 /// middle with `O_DIRECT` straight into the response (see [`BufPool::take_read`]).
 pub const DATA_ALIGN: usize = 4096;
-/// Buffers kept for reuse; more are freed on return. Bounds the pool's memory to this
-/// many times the largest pooled buffer.
-const MAX_POOLED: usize = 16;
+/// Buffers kept for reuse however long they lie unused: what a few connections with one
+/// large READ or WRITE in flight each keep using.
+const KEPT_ALWAYS: usize = 16;
+/// The most buffers the pool keeps at once on any machine (1 GiB of full-size buffers).
+const MAX_POOLED: usize = 128;
+/// The pool keeps at most this fraction of physical memory (3%): 95 full-size buffers on
+/// 24 GiB. Clients that keep several 8 MiB READs in flight on many sessions (a kernel
+/// client's readahead) have more buffers out at once than [`KEPT_ALWAYS`]; each buffer the
+/// pool cannot keep is mapped, faulted in and zeroed anew for the next request.
+const MEMORY_SHARE: u64 = 32;
+/// Buffers beyond [`KEPT_ALWAYS`] are freed once they have lain unused this long, so a
+/// burst's buffers do not stay with an idle server.
+pub const IDLE_FREE: Duration = Duration::from_secs(10);
 /// Largest buffer kept: a full-size READ response with its headroom, or the largest
 /// received frame, with the room [`aligned_start`] may shift either by.
 const MAX_POOLED_LEN: usize =
@@ -274,12 +285,36 @@ impl OutBuf {
 }
 
 /// The server's pool of response buffers.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BufPool {
-    free: Mutex<Vec<PoolBuf>>,
+    free: Mutex<Vec<FreeBuf>>,
+    /// The most buffers kept at once (at least [`KEPT_ALWAYS`]).
+    capacity: usize,
+}
+
+/// A buffer in the pool and when it was given back.
+#[derive(Debug)]
+struct FreeBuf {
+    buf: PoolBuf,
+    since: Instant,
+}
+
+impl Default for BufPool {
+    /// A pool sized for this machine's memory ([`capacity_for_memory`]).
+    fn default() -> BufPool {
+        BufPool::with_capacity(capacity_for_memory(physical_memory()))
+    }
 }
 
 impl BufPool {
+    /// A pool that keeps at most `capacity` buffers (at least [`KEPT_ALWAYS`]).
+    pub fn with_capacity(capacity: usize) -> BufPool {
+        BufPool {
+            free: Mutex::new(Vec::new()),
+            capacity: capacity.max(KEPT_ALWAYS),
+        }
+    }
+
     /// A buffer of at least `len` initialised bytes (contents unspecified): the smallest
     /// free one that is long enough, else a new one of `len`'s size class. A free buffer is
     /// never grown: growing reallocates, which copies the old contents and zeroes the rest
@@ -290,10 +325,10 @@ impl BufPool {
             let fit = free
                 .iter()
                 .enumerate()
-                .filter(|(_, b)| b.len() >= len)
-                .min_by_key(|(_, b)| b.len())
+                .filter(|(_, f)| f.buf.len() >= len)
+                .min_by_key(|(_, f)| f.buf.len())
                 .map(|(i, _)| i);
-            fit.map(|i| free.swap_remove(i))
+            fit.map(|i| free.swap_remove(i).buf)
         };
         reused.unwrap_or_else(|| new_buffer(size_class(len)))
     }
@@ -309,21 +344,105 @@ impl BufPool {
 
     /// Returns a buffer for reuse. Oversized buffers are dropped; when the pool is full, a
     /// longer buffer takes the place of the shortest one (large READs keep finding room).
+    /// Frees the buffers that have lain unused too long ([`BufPool::trim`]) on the way.
     pub fn give(&self, buf: PoolBuf) {
         if !buf.keepable() {
             return;
         }
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        if free.len() < MAX_POOLED {
-            free.push(buf);
-            return;
-        }
-        if let Some(shortest) = free.iter_mut().min_by_key(|b| b.len()) {
-            if shortest.len() < buf.len() {
-                *shortest = buf;
-            }
+        let now = Instant::now();
+        let (expired, refused) = {
+            let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+            let expired = take_expired(&mut free, now);
+            let refused = if free.len() < self.capacity {
+                free.push(FreeBuf { buf, since: now });
+                None
+            } else {
+                match free.iter_mut().min_by_key(|f| f.buf.len()) {
+                    Some(shortest) if shortest.buf.len() < buf.len() => {
+                        Some(std::mem::replace(shortest, FreeBuf { buf, since: now }))
+                    }
+                    _ => Some(FreeBuf { buf, since: now }),
+                }
+            };
+            (expired, refused)
+        };
+        // Unmapping an 8 MiB buffer takes a while: never under the lock.
+        drop((expired, refused));
+    }
+
+    /// Frees the buffers beyond [`KEPT_ALWAYS`] that have lain unused for [`IDLE_FREE`] by
+    /// `now`. The server calls this every [`IDLE_FREE`], so a burst's buffers go even when
+    /// no further request comes.
+    pub fn trim(&self, now: Instant) {
+        let expired = {
+            let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+            take_expired(&mut free, now)
+        };
+        drop(expired);
+    }
+
+    /// How many buffers the pool holds now.
+    pub fn len(&self) -> usize {
+        self.free.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether the pool holds no buffer.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Takes out of `free` the buffers beyond [`KEPT_ALWAYS`] given back at least
+/// [`IDLE_FREE`] before `now`, for the caller to drop outside the lock.
+fn take_expired(free: &mut Vec<FreeBuf>, now: Instant) -> Vec<FreeBuf> {
+    let mut expired = Vec::new();
+    let mut i = 0;
+    while free.len() > KEPT_ALWAYS {
+        let Some(f) = free.get(i) else { break };
+        if now.saturating_duration_since(f.since) >= IDLE_FREE {
+            expired.push(free.swap_remove(i));
+        } else {
+            i += 1;
         }
     }
+    expired
+}
+
+/// Frees `pool`'s long-unused buffers every [`IDLE_FREE`] until `shutdown`.
+pub async fn trim_until(pool: Arc<BufPool>, shutdown: tokio_util::sync::CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(IDLE_FREE) => pool.trim(Instant::now()),
+        }
+    }
+}
+
+/// How many buffers a pool keeps on a machine with `memory` bytes: [`MEMORY_SHARE`] of it
+/// in full-size buffers, between [`KEPT_ALWAYS`] and [`MAX_POOLED`].
+pub fn capacity_for_memory(memory: Option<u64>) -> usize {
+    let Some(memory) = memory else {
+        return KEPT_ALWAYS;
+    };
+    let count = memory / MEMORY_SHARE / MAX_POOLED_LEN as u64;
+    usize::try_from(count)
+        .unwrap_or(MAX_POOLED)
+        .clamp(KEPT_ALWAYS, MAX_POOLED)
+}
+
+/// This machine's physical memory in bytes, from `/proc/meminfo` (`None` where it cannot
+/// be read).
+fn physical_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    kib.checked_mul(1024)
 }
 
 /// A new buffer of `class` bytes (a size class): on huge pages from [`HUGE_CLASS_MIN`] up
@@ -386,14 +505,56 @@ mod tests {
         assert_eq!(b.as_ptr(), ptr, "reused");
         assert!(b.len() >= HEADROOM + 100);
         pool.give(b);
-        for _ in 0..MAX_POOLED + 4 {
+        for _ in 0..pool.capacity + 4 {
             pool.give(vec![0; HEADROOM + 1].into());
         }
-        assert_eq!(pool.free.lock().unwrap().len(), MAX_POOLED);
+        assert_eq!(pool.len(), pool.capacity);
         // Oversized and tiny buffers are not kept.
-        let before = pool.free.lock().unwrap().len();
+        let before = pool.len();
         pool.give(vec![0; 8].into());
-        assert_eq!(pool.free.lock().unwrap().len(), before);
+        assert_eq!(pool.len(), before);
+    }
+
+    /// The pool's bound follows the machine's memory, within its limits.
+    #[test]
+    fn the_pool_keeps_a_share_of_memory() {
+        const GIB: u64 = 1 << 30;
+        assert_eq!(capacity_for_memory(None), KEPT_ALWAYS);
+        assert_eq!(capacity_for_memory(Some(GIB)), KEPT_ALWAYS);
+        let on_24_gib = capacity_for_memory(Some(24 * GIB));
+        assert_eq!(on_24_gib as u64, 24 * GIB / 32 / MAX_POOLED_LEN as u64);
+        assert!((64..MAX_POOLED).contains(&on_24_gib), "{on_24_gib}");
+        assert_eq!(capacity_for_memory(Some(1 << 50)), MAX_POOLED);
+        assert!(BufPool::default().capacity >= KEPT_ALWAYS);
+        assert_eq!(BufPool::with_capacity(3).capacity, KEPT_ALWAYS);
+    }
+
+    /// Buffers beyond those always kept go once they have lain unused for `IDLE_FREE`,
+    /// whether trimmed or on a later return; those always kept, and recent ones, stay.
+    #[test]
+    fn a_burst_s_buffers_go_once_idle() {
+        let pool = BufPool::with_capacity(KEPT_ALWAYS + 8);
+        let bufs: Vec<PoolBuf> = (0..KEPT_ALWAYS + 8).map(|_| pool.take(MIN_CLASS)).collect();
+        for b in bufs {
+            pool.give(b);
+        }
+        assert_eq!(pool.len(), KEPT_ALWAYS + 8);
+        let now = Instant::now();
+        pool.trim(now);
+        assert_eq!(pool.len(), KEPT_ALWAYS + 8, "nothing idle yet");
+        pool.trim(now + IDLE_FREE);
+        assert_eq!(pool.len(), KEPT_ALWAYS, "the burst's buffers are freed");
+        pool.trim(now + IDLE_FREE * 100);
+        assert_eq!(pool.len(), KEPT_ALWAYS, "the steady ones stay");
+        // On a return: an idle buffer beyond those always kept goes, the returned one stays.
+        pool.give(vec![0; MIN_CLASS].into());
+        pool.give(vec![0; MIN_CLASS].into());
+        assert_eq!(pool.len(), KEPT_ALWAYS + 2);
+        let long_ago = now.checked_sub(IDLE_FREE).unwrap_or(now);
+        pool.free.lock().unwrap()[0].since = long_ago;
+        pool.give(vec![0; MIN_CLASS].into());
+        assert_eq!(pool.len(), KEPT_ALWAYS + 2);
+        assert!(pool.free.lock().unwrap().iter().all(|f| f.since > long_ago));
     }
 
     #[test]
@@ -477,13 +638,18 @@ mod tests {
     #[test]
     fn a_full_pool_keeps_the_longer_buffers() {
         let pool = BufPool::default();
-        for _ in 0..MAX_POOLED {
+        for _ in 0..pool.capacity {
             pool.give(vec![0; MIN_CLASS].into());
         }
         pool.give(vec![0; MAX_POOLED_LEN].into());
         let free = pool.free.lock().unwrap();
-        assert_eq!(free.len(), MAX_POOLED);
-        assert_eq!(free.iter().filter(|b| b.len() == MAX_POOLED_LEN).count(), 1);
+        assert_eq!(free.len(), pool.capacity);
+        assert_eq!(
+            free.iter()
+                .filter(|f| f.buf.len() == MAX_POOLED_LEN)
+                .count(),
+            1
+        );
     }
 
     #[test]

@@ -399,6 +399,7 @@ pub async fn serve(
     durable::restore_persisted(&shared, &backend).await;
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let mut accepting = tokio::task::JoinSet::new();
+    accepting.spawn(bufpool::trim_until(shared.bufs().clone(), shutdown.clone()));
     for listener in listeners {
         accepting.spawn(accept_loop(
             listener,
