@@ -35,14 +35,14 @@ pub const HEADROOM: usize = TRANSFORM_LEN + HEADER_LEN;
 pub const DATA_ALIGN: usize = 4096;
 /// Buffers kept for reuse however long they lie unused: what a few connections with one
 /// large READ or WRITE in flight each keep using.
-const KEPT_ALWAYS: usize = 16;
+pub const KEPT_ALWAYS: usize = 16;
 /// The most buffers the pool keeps at once on any machine (1 GiB of full-size buffers).
-const MAX_POOLED: usize = 128;
+pub const MAX_POOLED: usize = 128;
 /// The pool keeps at most this fraction of physical memory (3%): 95 full-size buffers on
 /// 24 GiB. Clients that keep several 8 MiB READs in flight on many sessions (a kernel
 /// client's readahead) have more buffers out at once than [`KEPT_ALWAYS`]; each buffer the
 /// pool cannot keep is mapped, faulted in and zeroed anew for the next request.
-const MEMORY_SHARE: u64 = 32;
+pub const MEMORY_SHARE: u64 = 32;
 /// Buffers beyond [`KEPT_ALWAYS`] are freed once they have lain unused this long, so a
 /// burst's buffers do not stay with an idle server.
 pub const IDLE_FREE: Duration = Duration::from_secs(10);
