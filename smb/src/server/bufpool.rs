@@ -381,14 +381,10 @@ impl BufPool {
         drop(expired);
     }
 
-    /// How many buffers the pool holds now.
-    pub fn len(&self) -> usize {
+    /// How many buffers the pool holds now (for tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.free.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    /// Whether the pool holds no buffer.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
