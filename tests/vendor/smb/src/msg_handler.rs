@@ -1,5 +1,5 @@
 use maybe_async::*;
-use smb_msg::{Command, PlainRequest, PlainResponse, RequestContent, Status};
+use smb_msg::{Command, PlainRequest, PlainResponse, RequestContent, ResponseContent, Status};
 use smb_transport::IoVec;
 #[cfg(not(feature = "async"))]
 use std::sync::atomic::AtomicBool;
@@ -82,6 +82,11 @@ pub struct IncomingMessage {
     pub message: PlainResponse,
     /// The raw message received from the server, after applying transformations (e.g. decompression).
     pub raw: IoVec,
+    /// Quarry's patch (7): where the plain message begins in `raw`'s first buffer. Zero,
+    /// except for a READ response that arrived encrypted and whose data was left where it
+    /// was decrypted: then 52, the transform header's length (see
+    /// `Transformer::transform_incoming`). Only [`crate::resource::File`]'s reads look past it.
+    pub payload_at: usize,
 
     // How did the message arrive?
     pub form: MessageForm,
@@ -94,8 +99,26 @@ impl IncomingMessage {
         IncomingMessage {
             message,
             raw,
+            payload_at: 0,
             form,
             source_channel_id: None,
+        }
+    }
+
+    /// Quarry's patch (tests/vendor/smb/QUARRY-PATCH.md, 7): a READ response's data,
+    /// wherever the transformer left it: in the message's raw bytes (a successful READ
+    /// response is parsed without its data, so its `ReadResponse::buffer` is empty) or in
+    /// that buffer (a READ response that came compressed). `None` for anything but a READ
+    /// response.
+    pub fn read_data(&self) -> Option<&[u8]> {
+        match &self.message.content {
+            ResponseContent::Read(read) if !read.buffer.is_empty() => Some(&read.buffer),
+            ResponseContent::Read(_) => self
+                .raw
+                .first()?
+                .get(self.payload_at..)
+                .and_then(crate::connection::transformer::read_response_data),
+            _ => None,
         }
     }
 }

@@ -261,55 +261,82 @@ impl Transformer {
     }
 
     /// Quarry's patch (tests/vendor/smb/QUARRY-PATCH.md, 5): an encrypted message's
-    /// transform header is parsed alone, and its ciphertext is moved to the front of the
-    /// buffer it came in. `Response::try_from` would parse the ciphertext with binrw's
-    /// `until_eof`, one byte at a time into a growing vector: two thirds of the client's
-    /// CPU in an encrypted read of 8 MiB messages. Any other message is parsed by
-    /// `Response::try_from`, as before. Returns the message and the buffer it was parsed
-    /// from (empty for an encrypted message, which holds the buffer itself).
-    fn parse_incoming(mut data: Vec<u8>) -> crate::Result<(Response, Vec<u8>)> {
+    /// transform header is parsed alone. `Response::try_from` would parse the ciphertext
+    /// with binrw's `until_eof`, one byte at a time into a growing vector: two thirds of the
+    /// client's CPU in an encrypted read of 8 MiB messages. A plain message is parsed by
+    /// [`Self::parse_plain`]. Returns the parsed message (a plain one) or the transform
+    /// header (an encrypted one, whose ciphertext follows the header in the buffer, still
+    /// to be decrypted where it lies), and the buffer.
+    fn parse_incoming(data: Vec<u8>) -> crate::Result<(Incoming, Vec<u8>)> {
         let header_len = EncryptedHeader::STRUCTURE_SIZE;
         if data.len() < header_len || !data.starts_with(b"\xfdSMB") {
-            return Ok((Response::try_from(data.as_ref())?, data));
+            return Ok((Incoming::Parsed(Self::parse_plain(&data)?), data));
         }
         let header = EncryptedHeader::read(&mut Cursor::new(&data[..header_len]))?;
-        data.copy_within(header_len.., 0);
-        data.truncate(data.len() - header_len);
-        let message = EncryptedMessage {
-            header,
-            encrypted_message: data,
-        };
-        Ok((Response::Encrypted(message), Vec::new()))
+        Ok((Incoming::Sealed(header), data))
+    }
+
+    /// Quarry's patch (tests/vendor/smb/QUARRY-PATCH.md, 7): parses a plain (or compressed)
+    /// message. A successful READ response is parsed without its data, which stays in the
+    /// buffer: `Response::try_from` would copy it into the response's own vector, and
+    /// [`crate::resource::File`]'s reads then copy it again into the caller's buffer. Its
+    /// `ReadResponse::buffer` is then empty (a parsed READ response never has an empty one:
+    /// `smb-msg` refuses a DataLength of 0), and the reads take the data from the message's
+    /// raw bytes with [`read_response_data`]. Anything else, and any READ response
+    /// [`read_response_data`] refuses, is parsed by `Response::try_from` as before.
+    fn parse_plain(data: &[u8]) -> crate::Result<Response> {
+        if read_response_data(data).is_some() {
+            let header = Header::read(&mut Cursor::new(&data[..Header::STRUCT_SIZE]))?;
+            return Ok(Response::Plain(PlainResponse {
+                header,
+                content: ResponseContent::Read(ReadResponse { buffer: Vec::new() }),
+            }));
+        }
+        Ok(Response::try_from(data)?)
     }
 
     /// Transforms an incoming message buffer to an [`IncomingMessage`].
     pub async fn transform_incoming(&self, data: Vec<u8>) -> crate::Result<IncomingMessage> {
-        let (message, data) = Self::parse_incoming(data)?;
+        let (message, mut data) = Self::parse_incoming(data)?;
 
         let mut form = MessageForm::default();
+        let mut payload_at = 0;
 
         // 3. Decrpt
-        let (message, raw) = if let Response::Encrypted(encrypted_message) = message {
-            let session_id = encrypted_message.header.session_id;
+        let (message, raw) = match message {
+            Incoming::Sealed(header) => {
+                let session_id = header.session_id;
 
-            let mut decryptor = self
-                ._with_session(session_id, |session| {
-                    let decryptor = session.decryptor()?.ok_or(crate::Error::TranformFailed(
-                        TransformError {
-                            outgoing: false,
-                            phase: TransformPhase::EncryptDecrypt,
-                            session_id: Some(session_id),
-                            why: "Message is required to be encrypted, but no decryptor is set up!",
-                            msg_id: None,
-                        },
-                    ))?;
-                    Ok(decryptor.clone())
-                })
-                .await?;
-            form.encrypted = true;
-            decryptor.decrypt_message(encrypted_message)?
-        } else {
-            (message, data)
+                let mut decryptor = self
+                    ._with_session(session_id, |session| {
+                        let decryptor = session.decryptor()?.ok_or(crate::Error::TranformFailed(
+                            TransformError {
+                                outgoing: false,
+                                phase: TransformPhase::EncryptDecrypt,
+                                session_id: Some(session_id),
+                                why: "Message is required to be encrypted, but no decryptor is set up!",
+                                msg_id: None,
+                            },
+                        ))?;
+                        Ok(decryptor.clone())
+                    })
+                    .await?;
+                form.encrypted = true;
+                // Quarry's patch (7): decrypted where it lies. A READ response's data stays
+                // there, behind the transform header (`payload_at`); any other message is
+                // moved to the front of its buffer and parsed as before.
+                let header_len = EncryptedHeader::STRUCTURE_SIZE;
+                decryptor.decrypt_in_place(&header, &mut data[header_len..])?;
+                if read_response_data(&data[header_len..]).is_some() {
+                    payload_at = header_len;
+                    (Self::parse_plain(&data[header_len..])?, data)
+                } else {
+                    data.copy_within(header_len.., 0);
+                    data.truncate(data.len() - header_len);
+                    (Response::try_from(data.as_ref())?, data)
+                }
+            }
+            Incoming::Parsed(message) => (message, data),
         };
 
         // 2. Decompress
@@ -358,7 +385,9 @@ impl Transformer {
             }
         };
 
-        Ok(IncomingMessage::new(message, iovec, form))
+        let mut incoming = IncomingMessage::new(message, iovec, form);
+        incoming.payload_at = payload_at;
+        Ok(incoming)
     }
 
     /// Quarry's patch: how long a SESSION_SETUP response waits for the session setup to
@@ -522,4 +551,53 @@ pub enum TransformPhase {
     CompressDecompress,
     /// Encryption and decryption.
     EncryptDecrypt,
+}
+
+/// Quarry's patch (7): what [`Transformer::parse_incoming`] found at the front of a received
+/// buffer.
+enum Incoming {
+    /// A plain or compressed message, parsed.
+    Parsed(Response),
+    /// An encrypted message's transform header; its ciphertext follows it in the buffer.
+    Sealed(EncryptedHeader),
+}
+
+/// Quarry's patch (tests/vendor/smb/QUARRY-PATCH.md, 7): the data of `message` (one plain
+/// SMB2 message, header first) if it is a successful, single (not compounded) READ response
+/// whose fields hold: StructureSize 17, a DataOffset past the fixed part, a DataLength above
+/// zero that fits in the message, no DataRemaining. What `smb-msg` checks when it parses one.
+pub fn read_response_data(message: &[u8]) -> Option<&[u8]> {
+    const HEADER: usize = Header::STRUCT_SIZE;
+    const FIXED: usize = HEADER + ReadResponse::STRUCT_SIZE - 1;
+    let u32_at = |at: usize| {
+        message
+            .get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    if message.len() <= FIXED || !message.starts_with(b"\xfeSMB") {
+        return None;
+    }
+    // Header: Status at 8, Command at 12, Flags at 16 (bit 0: a response), NextCommand at 20.
+    let command = u16::from_le_bytes([message[12], message[13]]);
+    let is_response = u32_at(16)? & 1 == 1;
+    if u32_at(8)? != Status::Success as u32
+        || command != Command::Read as u16
+        || !is_response
+        || u32_at(20)? != 0
+    {
+        return None;
+    }
+    // READ response: StructureSize (2), DataOffset (1), Reserved (1), DataLength (4),
+    // DataRemaining (4), Reserved2 (4).
+    let structure_size = u16::from_le_bytes([message[HEADER], message[HEADER + 1]]);
+    let data_offset = usize::from(message[HEADER + 2]);
+    let data_length = usize::try_from(u32_at(HEADER + 4)?).ok()?;
+    if structure_size as usize != ReadResponse::STRUCT_SIZE
+        || data_offset < FIXED
+        || data_length == 0
+        || u32_at(HEADER + 8)? != 0
+    {
+        return None;
+    }
+    message.get(data_offset..data_offset.checked_add(data_length)?)
 }

@@ -105,19 +105,36 @@ impl File {
             .sendo_recvo(request, ReceiveOptions::new().with_allow_async(true))
             .await
             .map_err(|e| std::io::Error::other(e.to_string()))?;
-        let content = response
-            .message
-            .content
-            .to_read()
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-        let actual_read_length = content.buffer.len();
+        // Quarry's patch (tests/vendor/smb/QUARRY-PATCH.md, 7): a READ response's data is
+        // left in the message's buffer and copied from there, once, into `buf`.
+        let Some(data) = response.read_data() else {
+            // Not a READ response: the crate's own error for that.
+            let content = response.message.content.to_read();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                content.err().map_or_else(
+                    || "a READ response whose data could not be found".to_string(),
+                    |e| e.to_string(),
+                ),
+            ));
+        };
+        let actual_read_length = data.len();
+        if actual_read_length > buf.len() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "the server answered a READ of {} bytes with {actual_read_length}",
+                    buf.len()
+                ),
+            ));
+        }
         log::debug!(
             "Read {} bytes from {}.",
             actual_read_length,
             self.handle.name()
         );
 
-        buf[..actual_read_length].copy_from_slice(&content.buffer);
+        buf[..actual_read_length].copy_from_slice(data);
 
         Ok(actual_read_length)
     }

@@ -206,8 +206,12 @@ impl PipeRpcConnection {
                 ReceiveOptions::new().with_allow_async(true),
             )
             .await?;
-        let content = read_result.message.content.to_read()?;
-        let response = DceRpcCoResponsePkt::try_from(content.buffer.as_ref())?;
+        // Quarry's patch (tests/vendor/smb/QUARRY-PATCH.md, 7): the data may be left in the
+        // message's buffer.
+        let data = read_result.read_data().ok_or_else(|| {
+            crate::Error::InvalidMessage("the pipe's READ was not answered with data".to_string())
+        })?;
+        let response = DceRpcCoResponsePkt::try_from(data)?;
 
         if response.packed_drep() != Self::PACKED_DREP {
             return Err(crate::Error::InvalidMessage(format!(

@@ -76,6 +76,19 @@ impl MessageDecryptor {
         MessageDecryptor { algo }
     }
 
+    /// Quarry's patch (7): decrypts a message's ciphertext where it lies (`payload`: the
+    /// bytes after the 52-byte transform header), checking its tag. The caller parses the
+    /// plaintext; nothing is moved or copied here.
+    pub fn decrypt_in_place(
+        &mut self,
+        header: &EncryptedHeader,
+        payload: &mut [u8],
+    ) -> crate::Result<()> {
+        self.algo
+            .decrypt(payload, &header.aead_bytes(), &header.nonce, header.signature)?;
+        Ok(())
+    }
+
     pub fn decrypt_message(
         &mut self,
         msg_in: EncryptedMessage,
