@@ -14,8 +14,14 @@ pub(crate) fn supported() -> bool {
     *SUPPORTED.get_or_init(detect)
 }
 
+/// Quarry's patch (QUARRY-PATCH.md, 8): whether the faster AES-GCM code may be used at all:
+/// not when `SMB_CLIENT_NO_FAST_GCM` is set, which runs the crate's own code, as before.
+pub(crate) fn wanted() -> bool {
+    std::env::var_os("SMB_CLIENT_NO_FAST_GCM").is_none()
+}
+
 fn detect() -> bool {
-    if std::env::var_os("SMB_CLIENT_NO_FAST_GCM").is_some() {
+    if !wanted() {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
