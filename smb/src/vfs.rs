@@ -350,7 +350,71 @@ pub struct AllocatedRange {
 
 /// Bytes read once and sent by several READ responses ([`FsFile::read_shared`]): the
 /// buffer's whole length is the data.
-pub type SharedData = std::sync::Arc<Vec<u8>>;
+pub type SharedData = std::sync::Arc<SharedBytes>;
+
+/// The bytes behind a [`SharedData`], and where their buffer goes when the last response or
+/// cache entry holding them lets go: back to the storage that read them, which reuses it
+/// for its next read. A buffer that is freed and allocated anew is zeroed and faulted in
+/// again, 8 MiB at a time (tests/bench/RESULTS.md, step 34).
+pub struct SharedBytes {
+    bytes: Vec<u8>,
+    recycle: Option<fn(Vec<u8>)>,
+}
+
+impl SharedBytes {
+    /// `bytes`, whose buffer is handed to `recycle` once nothing holds them any more.
+    pub fn recycled_by(bytes: Vec<u8>, recycle: fn(Vec<u8>)) -> SharedBytes {
+        SharedBytes {
+            bytes,
+            recycle: Some(recycle),
+        }
+    }
+
+    /// The bytes as a slice.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The memory the buffer holds, which may exceed the bytes' length.
+    pub fn capacity(&self) -> usize {
+        self.bytes.capacity()
+    }
+}
+
+impl From<Vec<u8>> for SharedBytes {
+    /// `bytes`, freed with the last holder.
+    fn from(bytes: Vec<u8>) -> SharedBytes {
+        SharedBytes {
+            bytes,
+            recycle: None,
+        }
+    }
+}
+
+impl std::ops::Deref for SharedBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl std::fmt::Debug for SharedBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedBytes")
+            .field("len", &self.bytes.len())
+            .field("recycled", &self.recycle.is_some())
+            .finish()
+    }
+}
+
+impl Drop for SharedBytes {
+    fn drop(&mut self) {
+        if let Some(recycle) = self.recycle {
+            recycle(std::mem::take(&mut self.bytes));
+        }
+    }
+}
 
 /// One open file or directory. The server keeps it for the open's lifetime and drops it on
 /// CLOSE (dropping closes the descriptor; it never deletes anything by itself).
@@ -730,6 +794,35 @@ mod libc_errno {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Buffers handed back by [`SharedBytes`] in [`shared_bytes_go_back_when_the_last_holder_lets_go`].
+    static RECYCLED: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
+
+    fn record(buf: Vec<u8>) {
+        RECYCLED
+            .lock()
+            .unwrap()
+            .push((buf.as_ptr() as usize, buf.capacity()));
+    }
+
+    #[test]
+    fn shared_bytes_go_back_when_the_last_holder_lets_go() {
+        let mut bytes = Vec::with_capacity(3 * 4096 + 77);
+        bytes.extend_from_slice(b"weights");
+        let at = bytes.as_ptr() as usize;
+        let entry: SharedData = std::sync::Arc::new(SharedBytes::recycled_by(bytes, record));
+        let response = entry.clone();
+        assert_eq!(&response[..], b"weights");
+        assert_eq!(response.capacity(), 3 * 4096 + 77);
+        // The cache entry goes first; a response is still sending the bytes.
+        drop(entry);
+        assert!(RECYCLED.lock().unwrap().is_empty());
+        drop(response);
+        assert_eq!(*RECYCLED.lock().unwrap(), [(at, 3 * 4096 + 77)]);
+        // Bytes made without a home are simply freed.
+        drop(std::sync::Arc::new(SharedBytes::from(vec![1, 2, 3])));
+        assert_eq!(RECYCLED.lock().unwrap().len(), 1);
+    }
 
     #[test]
     fn filetime_round_trips_and_knows_the_epoch() {

@@ -475,6 +475,7 @@ fn size_class(len: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vfs::SharedBytes;
 
     #[test]
     fn read_data_is_aligned_as_its_file_offset() {
@@ -624,7 +625,7 @@ mod tests {
             }
         };
         assert_eq!(huge_message(None).into_vec(), vec![1, 2, 3]);
-        let mut o = huge_message(Some(Arc::new(vec![4, 5])));
+        let mut o = huge_message(Some(Arc::new(SharedBytes::from(vec![4, 5]))));
         o.flatten();
         assert!(matches!(o.buf, PoolBuf::Heap(_)) && !o.pooled);
         assert_eq!(o.bytes(), &[1, 2, 3, 4, 5]);
@@ -666,7 +667,7 @@ mod tests {
 
     #[test]
     fn a_shared_tail_follows_the_buffer_and_is_copied_only_when_flattened() {
-        let tail = Arc::new(vec![4, 5, 6]);
+        let tail = Arc::new(SharedBytes::from(vec![4, 5, 6]));
         let mut o = OutBuf {
             buf: vec![0, 0, 1, 2, 3, 99].into(),
             start: 2,

@@ -606,7 +606,7 @@ impl FsFile for PosixFile {
             }
         };
         buf.truncate(n);
-        let data = Arc::new(buf);
+        let data = shared_reads::shared(buf);
         reads.keep(offset, len, data.clone(), before, looks, now);
         Ok(Some(data))
     }

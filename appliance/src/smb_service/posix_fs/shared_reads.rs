@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use quarry_smb::vfs::SharedData;
+use quarry_smb::vfs::{SharedBytes, SharedData};
 
 use super::sys::Stat;
 
@@ -46,13 +46,13 @@ pub const FRESH_FOR: Duration = Duration::from_secs(1);
 /// longer than the coarsest time granularity of the file systems a share may sit on (FAT's
 /// two seconds) plus a clock tick, so that every later change moves the status-change time.
 pub const SETTLE: Duration = Duration::from_secs(3);
-/// Buffers of dropped entries kept for the next reads: a fresh one costs a page fault and a
-/// zeroed page per 4 KiB the read fills.
+/// Buffers that no entry or response holds any more, kept for the next reads: a fresh one
+/// costs a page fault and a zeroed page per 4 KiB the read fills.
 const SPARES: usize = 8;
 
 /// Bytes held by entries, all files together.
 static HELD: AtomicUsize = AtomicUsize::new(0);
-/// Buffers of dropped entries no response was still sending.
+/// Buffers that no entry or response holds any more ([`shared`]).
 static SPARE: Spares = Spares(Mutex::new(Vec::new()));
 /// Every file that has kept an entry, while it is open: swept of expired entries when the
 /// budget runs out. Locked before any file's entries, never while holding one.
@@ -146,11 +146,9 @@ struct Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
+        // The buffer returns to the spares when its last holder lets go, here or when the
+        // last response sending the bytes is done ([`shared`]).
         HELD.fetch_sub(self.held, Ordering::Relaxed);
-        // The last holder of the bytes (no response is sending them): keep the buffer.
-        if let Some(buf) = Arc::get_mut(&mut self.data) {
-            give_back(std::mem::take(buf));
-        }
     }
 }
 
@@ -288,6 +286,15 @@ pub fn give_back(buf: Vec<u8>) {
     SPARE.give(buf);
 }
 
+/// A read's bytes, to be shared: their buffer comes back to the spares when the last entry
+/// or response holding them lets go. A response often outlives its entry (a newer read
+/// pushed the entry out while the bytes were still being sent), and a buffer freed then
+/// was zeroed anew for a later read: `memset` was 3-5% of the server's samples in a
+/// 16-session fan-out (tests/bench/RESULTS.md, step 34).
+pub fn shared(bytes: Vec<u8>) -> SharedData {
+    Arc::new(SharedBytes::recycled_by(bytes, give_back))
+}
+
 /// Buffers kept for reuse, at most [`SPARES`].
 struct Spares(Mutex<Vec<Vec<u8>>>);
 
@@ -332,7 +339,7 @@ mod tests {
     }
 
     fn data(bytes: &[u8]) -> SharedData {
-        Arc::new(bytes.to_vec())
+        Arc::new(SharedBytes::from(bytes.to_vec()))
     }
 
     /// What a file whose last change was at `t` looks like.
@@ -471,7 +478,7 @@ mod tests {
         let now = Instant::now();
         let before = reads.changes();
         // Larger than the whole budget: never kept, and nothing stays counted.
-        let huge: SharedData = Arc::new(Vec::with_capacity(BUDGET + 1));
+        let huge: SharedData = Arc::new(SharedBytes::from(Vec::with_capacity(BUDGET + 1)));
         reads.keep(0, 1, huge, before, looks(1, 1), now);
         assert!(reads.find(0, 1, &looks(1, 1), now).is_none());
     }
@@ -481,12 +488,12 @@ mod tests {
         let (idle, busy) = (SharedReads::default(), SharedReads::default());
         let t0 = Instant::now();
         // Capacity only: the pages are never touched.
-        let big: SharedData = Arc::new(Vec::with_capacity(BUDGET / 4 * 3));
+        let big: SharedData = Arc::new(SharedBytes::from(Vec::with_capacity(BUDGET / 4 * 3)));
         idle.keep(0, 1, big.clone(), idle.changes(), looks(1, 1), t0);
         assert!(idle.find(0, 1, &looks(1, 1), t0).is_some());
         drop(big);
         // Too much for what is left of the budget while the idle file's entry is young...
-        let later: SharedData = Arc::new(Vec::with_capacity(BUDGET / 2));
+        let later: SharedData = Arc::new(SharedBytes::from(Vec::with_capacity(BUDGET / 2)));
         busy.keep(0, 1, later.clone(), busy.changes(), looks(1, 1), t0);
         assert!(busy.find(0, 1, &looks(1, 1), t0).is_none());
         // ...but not once it has expired, though no one read the idle file since.
