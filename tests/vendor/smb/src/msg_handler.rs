@@ -85,7 +85,7 @@ pub struct IncomingMessage {
     /// Quarry's patch (7): where the plain message begins in `raw`'s first buffer. Zero,
     /// except for a READ response that arrived encrypted and whose data was left where it
     /// was decrypted: then 52, the transform header's length (see
-    /// `Transformer::transform_incoming`). Only [`crate::resource::File`]'s reads look past it.
+    /// `Transformer::transform_incoming`). Only [`IncomingMessage::read_data`] looks past it.
     pub payload_at: usize,
 
     // How did the message arrive?

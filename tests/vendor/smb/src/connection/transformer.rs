@@ -286,13 +286,19 @@ impl Transformer {
     /// [`read_response_data`] refuses, is parsed by `Response::try_from` as before.
     fn parse_plain(data: &[u8]) -> crate::Result<Response> {
         if read_response_data(data).is_some() {
-            let header = Header::read(&mut Cursor::new(&data[..Header::STRUCT_SIZE]))?;
-            return Ok(Response::Plain(PlainResponse {
-                header,
-                content: ResponseContent::Read(ReadResponse { buffer: Vec::new() }),
-            }));
+            return Self::parse_read_without_data(data);
         }
         Ok(Response::try_from(data)?)
+    }
+
+    /// Quarry's patch (7): a READ response that [`read_response_data`] accepted, parsed
+    /// without its data (an empty `ReadResponse::buffer`).
+    fn parse_read_without_data(data: &[u8]) -> crate::Result<Response> {
+        let header = Header::read(&mut Cursor::new(&data[..Header::STRUCT_SIZE]))?;
+        Ok(Response::Plain(PlainResponse {
+            header,
+            content: ResponseContent::Read(ReadResponse { buffer: Vec::new() }),
+        }))
     }
 
     /// Transforms an incoming message buffer to an [`IncomingMessage`].
@@ -329,7 +335,7 @@ impl Transformer {
                 decryptor.decrypt_in_place(&header, &mut data[header_len..])?;
                 if read_response_data(&data[header_len..]).is_some() {
                     payload_at = header_len;
-                    (Self::parse_plain(&data[header_len..])?, data)
+                    (Self::parse_read_without_data(&data[header_len..])?, data)
                 } else {
                     data.copy_within(header_len.., 0);
                     data.truncate(data.len() - header_len);
