@@ -578,5 +578,6 @@ impl Api {
 }
 pub mod loopback;
 pub mod nvme_initiator;
+pub mod read_floor;
 pub mod samba;
 pub mod smb_workloads;

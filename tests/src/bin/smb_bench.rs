@@ -24,7 +24,10 @@
 //! 100,000 entries listed. `smbclient` (one stream put and get) is the cross-check. The
 //! machine's ceilings are measured in the same run: loopback TCP with iperf3 (one stream,
 //! and as many streams as the fan-out has sessions; before and after the workloads, the
-//! higher kept) and fio O_DIRECT on the share's file system.
+//! higher kept) and fio O_DIRECT on the share's file system. So is the read floor
+//! (`quarry_tests::read_floor`): the CPU per GiB of a cached READ's copy, GMAC or seal, and
+//! loopback send, timed alone, against which the cached read rows set both servers' CPU
+//! and the most any server making those passes could move beside this client.
 //!
 //! With `--baseline BIN`, the other server is a second Quarry, the build at `BIN`, in place
 //! of Samba: two builds A/B alternating in one run on the same machine state, for changes
@@ -38,6 +41,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context};
 use quarry_tests::loopback::{Ceiling, IPERF_SECS};
 use quarry_tests::procstat::{cpu_seconds, own_cpu_seconds, tree_cpu_seconds};
+use quarry_tests::read_floor::{self, ReadFloor};
 use quarry_tests::samba::{Smbd, SmbdConfig};
 use quarry_tests::smb_workloads::{self as wl, Outcome, Target};
 use quarry_tests::{free_port, QuarryProcess};
@@ -614,6 +618,76 @@ fn measure(
     })
 }
 
+/// Bytes of the training set each pass of the read floor reads (see [`ReadFloor`]).
+const FLOOR_BUDGET: u64 = 1 << 30;
+/// Passes of the read floor each time it is measured; each pass's least cost is kept.
+const FLOOR_PASSES: usize = 2;
+
+/// Measures the read floor over the training set in `share_dir`, read into the page cache
+/// first; raw figures go to `floor-{tag}.txt` in `out`.
+fn read_floor(
+    share_dir: &Path,
+    train: &[(String, u64)],
+    tag: &str,
+    out: &Path,
+) -> anyhow::Result<ReadFloor> {
+    let files: Vec<PathBuf> = train
+        .iter()
+        .map(|(n, _)| share_dir.join(n.replace('\\', "/")))
+        .collect();
+    warm(files.iter().cloned())?;
+    let f = ReadFloor::measure(&files, FLOOR_BUDGET, FLOOR_PASSES)?;
+    std::fs::write(out.join(format!("floor-{tag}.txt")), format!("{f:?}\n"))?;
+    Ok(f)
+}
+
+/// The sentence on a cached-read row that sets its figures against the read floor: how
+/// many times the floor each server spent, and the most any server making the same passes
+/// could move beside this client.
+#[allow(clippy::too_many_arguments)]
+fn floor_note(
+    name: &str,
+    mode: &str,
+    floor: &ReadFloor,
+    q: &Figure,
+    o: &Figure,
+    them: &str,
+    cores: usize,
+    tcp: f64,
+) -> String {
+    let (cost, passes) = match (name, mode) {
+        ("training read", "sign") => (floor.signed(), "page-cache copy, GMAC, loopback send"),
+        ("training read", _) => (floor.sealed(), "page-cache copy, AES-GCM, loopback send"),
+        // A signed fan-out's sessions read the same bytes: Quarry copies them out of the
+        // page cache once for several READs, so only the hash and the send are per READ.
+        ("fan-out read", "sign") => (
+            floor.gmac + floor.send,
+            "GMAC, loopback send; Quarry copies a range out of the page cache once for the \
+             sessions that read it",
+        ),
+        ("fan-out read", _) => (floor.sealed(), "page-cache copy, AES-GCM, loopback send"),
+        _ => return String::new(),
+    };
+    if cost <= 0.0 {
+        return String::new();
+    }
+    let cap = read_floor::joint_cap_mbps(cost, q.client_cpu, cores);
+    let against = if name == "fan-out read" {
+        format!("{:.0}% of loopback TCP", cap / tcp * 100.0)
+    } else {
+        format!("{:.2}x {them}'s figure", cap / o.value)
+    };
+    format!(
+        "; read floor: a cached READ's passes ({passes}) cost this host at least {cost:.2} \
+         s/GiB in this run; Quarry spent {:.2}x that, {them} {:.2}x; with the client's \
+         {:.2} s/GiB, no server making them could pass {cap:.0} MB/s on {cores} cores \
+         ({against})",
+        q.server_cpu / cost,
+        o.server_cpu / cost,
+        q.client_cpu,
+    )
+}
+
 /// The workloads in table order: name and unit.
 const WORKLOADS: [(&str, Unit); 11] = [
     ("checkpoint write", Unit::Bytes),
@@ -856,6 +930,11 @@ fn main() -> anyhow::Result<()> {
         tcp_fanout.before,
         a.fanout
     );
+    let floor_before = read_floor(&quarry.share_dir, &train, "before", &out)?;
+    println!(
+        "Read floor before the workloads (s/GiB on one core): page-cache copy {:.3}, GMAC {:.3}, AES-128-GCM {:.3}, loopback send {:.3}",
+        floor_before.copy, floor_before.gmac, floor_before.seal, floor_before.send
+    );
     let mut measured = Vec::new();
     for &mode in &a.modes {
         // Every run's figures, per workload, for each server.
@@ -909,9 +988,18 @@ fn main() -> anyhow::Result<()> {
     }
 
     let (tcp_one, tcp) = (tcp_one.settle(&out)?, tcp_fanout.settle(&out)?);
+    let floor = floor_before.least(&read_floor(&quarry.share_dir, &train, "after", &out)?);
     let ceilings = format!(
-        "Ceilings measured in this run: loopback TCP (iperf3, {IPERF_SECS} s, the higher of before and after the workloads) {tcp_one:.0} MB/s with one stream, {tcp:.0} MB/s with {} streams (the fan-out's ceiling); the share's file system ({share_fs}) with fio O_DIRECT 1 MiB: write {fio_w:.0} MB/s, read {fio_r:.0} MB/s\n",
-        a.fanout
+        "Ceilings measured in this run: loopback TCP (iperf3, {IPERF_SECS} s, the higher of before and after the workloads) {tcp_one:.0} MB/s with one stream, {tcp:.0} MB/s with {} streams (the fan-out's ceiling); the share's file system ({share_fs}) with fio O_DIRECT 1 MiB: write {fio_w:.0} MB/s, read {fio_r:.0} MB/s\n\n\
+         Read floor (the least of before and after the workloads, {} MiB of the training set a pass): what one core spends per GiB on the passes a signed or sealed READ from the page cache makes, alone: page-cache copy {:.3} s, AES-128-GMAC {:.3} s, AES-128-GCM {:.3} s, loopback send {:.3} s. Signed: {:.3} s/GiB; sealed: {:.3} s/GiB.\n",
+        a.fanout,
+        floor.bytes >> 20,
+        floor.copy,
+        floor.gmac,
+        floor.seal,
+        floor.send,
+        floor.signed(),
+        floor.sealed(),
     );
     let mut rows = Vec::new();
     let mut summary = Vec::new();
@@ -1011,8 +1099,9 @@ fn main() -> anyhow::Result<()> {
             } else {
                 String::new()
             };
+            let floor_note = floor_note(name, mode, &floor, &qf, &sf, them, threads, tcp);
             summary.push(format!(
-                "- {name}, {mode}: {reached}{target}{cap}{device}{spread}"
+                "- {name}, {mode}: {reached}{target}{cap}{device}{floor_note}{spread}"
             ));
         }
     }
