@@ -39,6 +39,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
+use quarry_hugemem::HugeBuf;
 use quarry_tests::loopback::{Ceiling, IPERF_SECS};
 use quarry_tests::procstat::{cpu_seconds, own_cpu_seconds, tree_cpu_seconds};
 use quarry_tests::read_floor::{self, ReadFloor};
@@ -471,7 +472,10 @@ fn drop_caches() -> bool {
 
 /// Reads files locally so that they are in the page cache for both servers alike.
 fn warm(paths: impl IntoIterator<Item = PathBuf>) -> anyhow::Result<()> {
-    let mut buf = vec![0u8; 8 << 20];
+    // Into a page-aligned buffer: a vector this large starts 16 bytes into its mapping,
+    // where this host's kernel copies at a quarter of its speed (RESULTS.md, "The
+    // kernel's copy at a short forward distance").
+    let mut buf = HugeBuf::new(8 << 20, 0).context("mapping the warming buffer")?;
     for p in paths {
         let mut f = std::fs::File::open(&p).with_context(|| format!("warming {}", p.display()))?;
         while std::io::Read::read(&mut f, &mut buf)? > 0 {}
