@@ -15,7 +15,12 @@
 //! Buffers of [`HUGE_CLASS_MIN`] and more are mappings of their own on transparent huge
 //! pages ([`quarry_hugemem`]), placed so that a large message's data starts a huge page:
 //! its `O_DIRECT` read or write then pins a few huge pages instead of thousands of small
-//! ones.
+//! ones. Those beyond [`KEPT_ALWAYS`] that lie idle for [`IDLE_FREE`] are released to the
+//! kernel (`MADV_FREE`) and stay in the pool, rather than unmapped: a burst after an idle
+//! spell then writes into pages that are still there, where a fresh mapping is faulted in
+//! and cleared page by page. On a virtual machine whose host takes back freed memory that
+//! clearing traps to the host: 3.2 s of CPU per burst of 16 sessions four 8 MiB READs deep
+//! (tests/bench/RESULTS.md, "Idle pool buffers released instead of unmapped").
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
@@ -43,8 +48,10 @@ pub const MAX_POOLED: usize = 128;
 /// client's readahead) have more buffers out at once than [`KEPT_ALWAYS`]; each buffer the
 /// pool cannot keep is mapped, faulted in and zeroed anew for the next request.
 pub const MEMORY_SHARE: u64 = 32;
-/// Buffers beyond [`KEPT_ALWAYS`] are freed once they have lain unused this long, so a
-/// burst's buffers do not stay with an idle server.
+/// Buffers beyond [`KEPT_ALWAYS`] are let go once they have lain unused this long, so a
+/// burst's buffers do not stay with an idle server: a heap buffer is freed, a huge-page
+/// buffer is released (`MADV_FREE`, [`HugeBuf::release`]) and stays in the pool for the
+/// next burst, its memory the kernel's to take whenever it needs it.
 pub const IDLE_FREE: Duration = Duration::from_secs(10);
 /// Largest buffer kept: a full-size READ response with its headroom, or the largest
 /// received frame, with the room [`aligned_start`] may shift either by.
@@ -297,6 +304,20 @@ pub struct BufPool {
 struct FreeBuf {
     buf: PoolBuf,
     since: Instant,
+    /// Released to the kernel after lying idle ([`IDLE_FREE`]): kept for reuse, but not
+    /// one of the buffers the pool holds on to.
+    released: bool,
+}
+
+impl FreeBuf {
+    /// A buffer given back at `since`, in use.
+    fn new(buf: PoolBuf, since: Instant) -> FreeBuf {
+        FreeBuf {
+            buf,
+            since,
+            released: false,
+        }
+    }
 }
 
 impl Default for BufPool {
@@ -322,11 +343,12 @@ impl BufPool {
     pub fn take(&self, len: usize) -> PoolBuf {
         let reused = {
             let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+            // Of equal lengths, one still in use before one released.
             let fit = free
                 .iter()
                 .enumerate()
                 .filter(|(_, f)| f.buf.len() >= len)
-                .min_by_key(|(_, f)| f.buf.len())
+                .min_by_key(|(_, f)| (f.buf.len(), f.released))
                 .map(|(i, _)| i);
             fit.map(|i| free.swap_remove(i).buf)
         };
@@ -344,7 +366,7 @@ impl BufPool {
 
     /// Returns a buffer for reuse. Oversized buffers are dropped; when the pool is full, a
     /// longer buffer takes the place of the shortest one (large READs keep finding room).
-    /// Frees the buffers that have lain unused too long ([`BufPool::trim`]) on the way.
+    /// Lets go of the buffers that have lain unused too long ([`BufPool::trim`]) on the way.
     pub fn give(&self, buf: PoolBuf) {
         if !buf.keepable() {
             return;
@@ -353,32 +375,65 @@ impl BufPool {
         let (expired, refused) = {
             let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
             let expired = take_expired(&mut free, now);
-            let refused = if free.len() < self.capacity {
-                free.push(FreeBuf { buf, since: now });
-                None
-            } else {
-                match free.iter_mut().min_by_key(|f| f.buf.len()) {
-                    Some(shortest) if shortest.buf.len() < buf.len() => {
-                        Some(std::mem::replace(shortest, FreeBuf { buf, since: now }))
-                    }
-                    _ => Some(FreeBuf { buf, since: now }),
-                }
-            };
+            let refused = self.keep(&mut free, FreeBuf::new(buf, now));
             (expired, refused)
         };
         // Unmapping an 8 MiB buffer takes a while: never under the lock.
-        drop((expired, refused));
+        drop(refused);
+        self.let_go(expired);
     }
 
-    /// Frees the buffers beyond [`KEPT_ALWAYS`] that have lain unused for [`IDLE_FREE`] by
-    /// `now`. The server calls this every [`IDLE_FREE`], so a burst's buffers go even when
-    /// no further request comes.
+    /// Puts `f` in `free`, or in place of the shortest buffer when the pool is full and
+    /// that one is shorter; returns what did not fit, for the caller to drop outside the
+    /// lock.
+    fn keep(&self, free: &mut Vec<FreeBuf>, f: FreeBuf) -> Option<FreeBuf> {
+        if free.len() < self.capacity {
+            free.push(f);
+            return None;
+        }
+        match free.iter_mut().min_by_key(|s| s.buf.len()) {
+            Some(shortest) if shortest.buf.len() < f.buf.len() => {
+                Some(std::mem::replace(shortest, f))
+            }
+            _ => Some(f),
+        }
+    }
+
+    /// Lets go of buffers that lay idle too long: frees heap buffers, and releases
+    /// huge-page ones ([`HugeBuf::release`]) back into the pool, where the next burst finds
+    /// them mapped, with no fault or clearing for the pages the kernel did not take.
+    fn let_go(&self, expired: Vec<FreeBuf>) {
+        let mut released = Vec::new();
+        for mut f in expired {
+            if let PoolBuf::Huge(h) = &mut f.buf {
+                h.release();
+                f.released = true;
+                released.push(f);
+            }
+        }
+        if released.is_empty() {
+            return;
+        }
+        let refused: Vec<FreeBuf> = {
+            let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+            released
+                .into_iter()
+                .filter_map(|f| self.keep(&mut free, f))
+                .collect()
+        };
+        drop(refused);
+    }
+
+    /// Lets go of the buffers beyond [`KEPT_ALWAYS`] that have lain unused for
+    /// [`IDLE_FREE`] by `now`: frees heap ones, and releases huge-page ones
+    /// ([`HugeBuf::release`]), which stay in the pool. The server calls this every
+    /// [`IDLE_FREE`], so a burst's buffers go even when no further request comes.
     pub fn trim(&self, now: Instant) {
         let expired = {
             let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
             take_expired(&mut free, now)
         };
-        drop(expired);
+        self.let_go(expired);
     }
 
     /// How many buffers the pool holds now (for tests).
@@ -386,17 +441,27 @@ impl BufPool {
     fn len(&self) -> usize {
         self.free.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
+
+    /// How many of them are released (for tests).
+    #[cfg(test)]
+    fn released(&self) -> usize {
+        let free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        free.iter().filter(|f| f.released).count()
+    }
 }
 
-/// Takes out of `free` the buffers beyond [`KEPT_ALWAYS`] given back at least
-/// [`IDLE_FREE`] before `now`, for the caller to drop outside the lock.
+/// Takes out of `free` the buffers still in use, beyond [`KEPT_ALWAYS`] of them, given
+/// back at least [`IDLE_FREE`] before `now`, for the caller to let go of outside the lock
+/// ([`BufPool::let_go`]). Released buffers are not counted and stay.
 fn take_expired(free: &mut Vec<FreeBuf>, now: Instant) -> Vec<FreeBuf> {
     let mut expired = Vec::new();
+    let mut in_use = free.iter().filter(|f| !f.released).count();
     let mut i = 0;
-    while free.len() > KEPT_ALWAYS {
+    while in_use > KEPT_ALWAYS {
         let Some(f) = free.get(i) else { break };
-        if now.saturating_duration_since(f.since) >= IDLE_FREE {
+        if !f.released && now.saturating_duration_since(f.since) >= IDLE_FREE {
             expired.push(free.swap_remove(i));
+            in_use -= 1;
         } else {
             i += 1;
         }
@@ -552,6 +617,47 @@ mod tests {
         pool.give(vec![0; MIN_CLASS].into());
         assert_eq!(pool.len(), KEPT_ALWAYS + 2);
         assert!(pool.free.lock().unwrap().iter().all(|f| f.since > long_ago));
+    }
+
+    /// Huge-page buffers beyond those always kept are released when idle, not unmapped:
+    /// they stay in the pool, are not released twice, and the next burst takes the same
+    /// mappings back, in use again once given back.
+    #[test]
+    fn a_burst_s_huge_buffers_are_released_and_taken_again() {
+        let pool = BufPool::with_capacity(KEPT_ALWAYS + 4);
+        let bufs: Vec<PoolBuf> = (0..KEPT_ALWAYS + 4)
+            .map(|_| pool.take(HUGE_CLASS_MIN))
+            .collect();
+        assert!(bufs.iter().all(|b| matches!(b, PoolBuf::Huge(_))));
+        let mut addrs: Vec<usize> = bufs.iter().map(|b| b.as_ptr() as usize).collect();
+        for b in bufs {
+            pool.give(b);
+        }
+        let now = Instant::now();
+        pool.trim(now + IDLE_FREE);
+        assert_eq!(
+            pool.len(),
+            KEPT_ALWAYS + 4,
+            "released buffers stay in the pool"
+        );
+        assert_eq!(pool.released(), 4);
+        pool.trim(now + IDLE_FREE * 100);
+        assert_eq!(pool.released(), 4, "the kept ones stay in use");
+        let again: Vec<PoolBuf> = (0..KEPT_ALWAYS + 4)
+            .map(|_| pool.take(HUGE_CLASS_MIN))
+            .collect();
+        let mut again_addrs: Vec<usize> = again.iter().map(|b| b.as_ptr() as usize).collect();
+        addrs.sort_unstable();
+        again_addrs.sort_unstable();
+        assert_eq!(addrs, again_addrs, "no new mapping for the next burst");
+        for mut b in again {
+            b.fill(7);
+            pool.give(b);
+        }
+        assert_eq!(pool.released(), 0);
+        // After the next idle spell the burst's share is released again.
+        pool.trim(Instant::now() + IDLE_FREE);
+        assert_eq!((pool.len(), pool.released()), (KEPT_ALWAYS + 4, 4));
     }
 
     #[test]
