@@ -24,8 +24,7 @@
 //! memory, and a later write to a page it did not take costs nothing. Unmapping and mapping
 //! again costs a fault and a clearing per page, and on a virtual machine whose host takes
 //! back the guest's free memory, a trap to the host per 4 KiB page: 3.9 s of CPU to touch
-//! 640 MiB again after 12 s unmapped, 0.00 s after 12 s released (RESULTS.md, "Idle pool
-//! buffers released instead of unmapped").
+//! 640 MiB again after 12 s unmapped, 0.00 s after 12 s released (RESULTS.md, "Step 35").
 //!
 //! Where the kernel has huge pages off, or none free, a buffer is on ordinary 4 KiB pages
 //! and works the same. The mapping is `memmap2`'s; this crate's one `unsafe` is the

@@ -20,7 +20,7 @@
 //! spell then writes into pages that are still there, where a fresh mapping is faulted in
 //! and cleared page by page. On a virtual machine whose host takes back freed memory that
 //! clearing traps to the host: 3.2 s of CPU per burst of 16 sessions four 8 MiB READs deep
-//! (tests/bench/RESULTS.md, "Idle pool buffers released instead of unmapped").
+//! (tests/bench/RESULTS.md, "Step 35").
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
